@@ -1,0 +1,209 @@
+"""Signed records: the event schema, its hash, the record signature and both hash chains.
+
+A record is one JSONL line ``{"v":1,"event":{…},"hash":…,"alg":"ed25519","kid":…,"sig":…}``.
+``hash`` is ``sha256:`` + SHA-256 of the event's RFC 8785 bytes.  ``sig`` is Ed25519
+over the canonical bytes of the *signed header* (tag, alg, kid, log id, both chain
+positions and the event hash), so chains are bound into every signature.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+from .. import strictjson
+from . import merkle
+
+RECORD_VERSION = 1
+EVENT_SCHEMA = "tkbox.event.v1"
+SIGNED_TAG = "tkbox.record.v1"
+ALG = "ed25519"
+ZERO_HASH = "sha256:" + "0" * 64
+SIGNER_RUN_ID = "tkbox/signer"
+MAX_RECORD_BYTES = 1 << 20
+MAX_SEQ = 2**53 - 1
+
+EVENT_KEYS = frozenset(
+    {"schema", "id", "log_id", "seq", "prev_hash", "run_id", "run_seq", "run_prev_hash", "ts", "type", "identity", "data"}
+)
+OPTIONAL_EVENT_KEYS = frozenset({"request_id"})
+RECORD_KEYS = frozenset({"v", "event", "hash", "alg", "kid", "sig"})
+
+# Patterns are used with fullmatch and re.ASCII: ``$`` would accept a trailing newline and
+# ``\d`` any Unicode digit.
+_HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
+_HEX32 = re.compile(r"[0-9a-f]{32}", re.ASCII)
+_RUN_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}", re.ASCII)
+_TYPE = re.compile(r"[a-z][a-z0-9_.]{0,63}", re.ASCII)
+_TS = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{6}Z", re.ASCII)
+_IDENTITY = re.compile(r"uid:\d{1,10}|signer", re.ASCII)
+_REQUEST_ID = re.compile(r"[A-Za-z0-9._:-]{1,128}", re.ASCII)
+
+
+class RecordError(ValueError):
+    """A record is malformed or does not verify; the message names the first problem."""
+
+
+def sha256_text(data: bytes) -> str:
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def hash_bytes(text: str) -> bytes:
+    """The 32 bytes behind a ``sha256:<hex>`` string."""
+    return bytes.fromhex(text[7:])
+
+
+def public_raw(key: Ed25519PublicKey) -> bytes:
+    return key.public_bytes(Encoding.Raw, PublicFormat.Raw)
+
+
+def key_id(key: Ed25519PublicKey) -> str:
+    """``sha256:`` of the DER SubjectPublicKeyInfo, as in Tracekit."""
+    return sha256_text(key.public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo))
+
+
+def signed_header(event: dict[str, Any], event_hash: str, kid: str) -> bytes:
+    return strictjson.canonical(
+        {
+            "t": SIGNED_TAG,
+            "alg": ALG,
+            "kid": kid,
+            "log_id": event["log_id"],
+            "seq": event["seq"],
+            "prev_hash": event["prev_hash"],
+            "run_id": event["run_id"],
+            "run_seq": event["run_seq"],
+            "run_prev_hash": event["run_prev_hash"],
+            "hash": event_hash,
+        }
+    )
+
+
+@dataclass(frozen=True)
+class Record:
+    """One signed record; ``line`` is exactly what is stored and exported."""
+
+    event: dict[str, Any]
+    hash: str
+    kid: str
+    sig: str
+    line: bytes
+
+    @property
+    def seq(self) -> int:
+        return self.event["seq"]
+
+    @property
+    def run_id(self) -> str:
+        return self.event["run_id"]
+
+    @property
+    def run_seq(self) -> int:
+        return self.event["run_seq"]
+
+    @property
+    def type(self) -> str:
+        return self.event["type"]
+
+    def leaf(self) -> bytes:
+        """The RFC 6962 leaf hash of this record (over its event hash's 32 bytes)."""
+        return merkle.leaf_hash(hash_bytes(self.hash))
+
+
+def sign_event(event: dict[str, Any], key: Ed25519PrivateKey, kid: str) -> Record:
+    """Hash and sign a complete event into a record."""
+    event_hash = sha256_text(strictjson.canonical(event))
+    signature = key.sign(signed_header(event, event_hash, kid))
+    sig = base64.b64encode(signature).decode()
+    body = {"v": RECORD_VERSION, "event": event, "hash": event_hash, "alg": ALG, "kid": kid, "sig": sig}
+    return Record(event, event_hash, kid, sig, strictjson.compact(body) + b"\n")
+
+
+def parse_record(line: bytes) -> Record:
+    """Strictly parse one stored line (with or without its newline) into a Record; signatures are not checked."""
+    raw = line[:-1] if line.endswith(b"\n") else line
+    try:
+        body = strictjson.loads_object(raw, max_bytes=MAX_RECORD_BYTES)
+    except strictjson.StrictJSONError as exc:
+        raise RecordError(f"record is not strict JSON: {exc}") from None
+    if set(body) != RECORD_KEYS:
+        raise RecordError("record keys are not exactly v, event, hash, alg, kid, sig")
+    if type(body["v"]) is not int or body["v"] != RECORD_VERSION or body["alg"] != ALG:
+        raise RecordError("unsupported record version or algorithm")
+    for name in ("hash", "kid"):
+        if not isinstance(body[name], str) or not _HASH.fullmatch(body[name]):
+            raise RecordError(f"record {name} is not sha256:<64 hex>")
+    if not isinstance(body["sig"], str):
+        raise RecordError("record sig is not a string")
+    event = body["event"]
+    check_event_shape(event)
+    return Record(event, body["hash"], body["kid"], body["sig"], raw + b"\n")
+
+
+def check_event_shape(event: Any) -> None:
+    """Closed schema of the common event fields (``data`` is type-specific and checked elsewhere)."""
+    if not isinstance(event, dict):
+        raise RecordError("event is not an object")
+    keys = set(event)
+    if not EVENT_KEYS <= keys or keys - EVENT_KEYS - OPTIONAL_EVENT_KEYS:
+        raise RecordError("event fields are not the closed set of tkbox.event.v1")
+    checks = (
+        ("schema", lambda v: v == EVENT_SCHEMA),
+        ("id", lambda v: isinstance(v, str) and _HEX32.fullmatch(v)),
+        ("log_id", lambda v: isinstance(v, str) and _HEX32.fullmatch(v)),
+        ("seq", _is_seq),
+        ("run_seq", _is_seq),
+        ("prev_hash", lambda v: isinstance(v, str) and _HASH.fullmatch(v)),
+        ("run_prev_hash", lambda v: isinstance(v, str) and _HASH.fullmatch(v)),
+        ("run_id", lambda v: isinstance(v, str) and _RUN_ID.fullmatch(v)),
+        ("ts", lambda v: isinstance(v, str) and _TS.fullmatch(v)),
+        ("type", lambda v: isinstance(v, str) and _TYPE.fullmatch(v)),
+        ("identity", lambda v: isinstance(v, str) and _IDENTITY.fullmatch(v)),
+        ("data", lambda v: isinstance(v, dict)),
+        ("request_id", lambda v: isinstance(v, str) and _REQUEST_ID.fullmatch(v)),
+    )
+    for name, ok in checks:
+        if name in event and not ok(event[name]):
+            raise RecordError(f"event field {name!r} is invalid")
+
+
+def _is_seq(value: Any) -> bool:
+    return type(value) is int and 0 <= value <= MAX_SEQ
+
+
+def verify_record(record: Record, key: Ed25519PublicKey, kid: str) -> None:
+    """Check the event hash and the signature; raise RecordError naming what failed."""
+    if record.kid != kid:
+        raise RecordError("record is signed by a key that is not pinned")
+    if sha256_text(strictjson.canonical(record.event)) != record.hash:
+        raise RecordError("event hash does not match the event")
+    signature = decode_signature(record.sig)
+    try:
+        key.verify(signature, signed_header(record.event, record.hash, kid))
+    except InvalidSignature:
+        raise RecordError("signature does not verify") from None
+
+
+def decode_signature(sig: str) -> bytes:
+    """The 64 signature bytes of canonical standard base64 (padded, zero trailing bits).
+
+    Non-canonical trailing bits decode to the same bytes, so the text is re-encoded and
+    compared: otherwise a changed byte in ``sig`` could leave the record verifying.
+    """
+    try:
+        signature = base64.b64decode(sig, validate=True)
+    except (binascii.Error, ValueError):
+        raise RecordError("signature is not base64") from None
+    if len(signature) != 64:
+        raise RecordError("signature is not 64 bytes")
+    if base64.b64encode(signature).decode() != sig:
+        raise RecordError("signature is not canonical base64")
+    return signature

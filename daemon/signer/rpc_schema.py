@@ -1,0 +1,177 @@
+"""The signer RPC contract: methods, their closed request schemas, limits and error codes.
+
+One place for the wire rules; the server and the clients both read from here.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+RPC_VERSION = 1
+MAX_LINE_BYTES = 1 << 20
+MAX_RUN_TOKEN = 1024
+MAX_REASON = 1024
+READ_LIMIT_MAX = 1000
+
+ERROR_CODES = frozenset(
+    {
+        "invalid_request",   # malformed line or fields; the connection stays open
+        "unauthenticated",   # caller's uid is not allowed; the connection is closed
+        "quota_exceeded",    # a line or a count over its limit
+        "unavailable",       # the store cannot take records: nothing is allowed
+        "run_token_invalid",
+        "unknown_run",
+        "run_exists",
+        "run_closed",
+        "conflict",          # request_id reused with another payload
+        "unknown_decision",
+        "decision_consumed",
+        "args_mismatch",
+        "unknown_method",
+    }
+)
+
+_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
+_DECISION_ID = re.compile(r"^dec-[0-9a-f]{32}$")
+_SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
+_TOOL = re.compile(r"^[A-Za-z0-9_.:*/-]{1,128}$")
+
+
+class SchemaError(ValueError):
+    """A request does not match its method's schema; the message names the field."""
+
+
+Check = Callable[[Any], bool]
+
+
+def _text(pattern: re.Pattern[str]) -> Check:
+    return lambda value: isinstance(value, str) and bool(pattern.match(value))
+
+
+def _bounded_text(limit: int) -> Check:
+    return lambda value: isinstance(value, str) and len(value) <= limit
+
+
+def _int_range(low: int, high: int) -> Check:
+    return lambda value: type(value) is int and low <= value <= high
+
+
+def _one_of(*choices: str) -> Check:
+    return lambda value: value in choices
+
+
+def _is_object(value: Any) -> bool:
+    return isinstance(value, dict)
+
+
+def _is_bool(value: Any) -> bool:
+    return isinstance(value, bool)
+
+
+def _agent(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"name", "version"}
+        and isinstance(value.get("name"), str)
+        and 1 <= len(value["name"]) <= 128
+        and isinstance(value.get("version", ""), str)
+        and len(value.get("version", "")) <= 64
+    )
+
+
+def _stdin(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) == {"sha256", "size"}
+        and _DIGEST.match(str(value["sha256"])) is not None
+        and type(value["size"]) is int
+        and 0 <= value["size"] <= 2**53 - 1
+    )
+
+
+def _any_json(value: Any) -> bool:
+    return True
+
+
+RUN_FIELDS: dict[str, Check] = {"run_id": _text(_RUN_ID), "run_token": _bounded_text(MAX_RUN_TOKEN)}
+REQUEST_ID: dict[str, Check] = {"request_id": _text(_ID)}
+
+
+@dataclass(frozen=True)
+class MethodSchema:
+    required: dict[str, Check]
+    optional: dict[str, Check]
+    state_changing: bool
+
+
+METHODS: dict[str, MethodSchema] = {
+    "hello": MethodSchema({}, {"proto": _int_range(0, 1000)}, False),
+    "status": MethodSchema({}, {}, False),
+    "register_run": MethodSchema(
+        {**REQUEST_ID, "agent": _agent}, {"run_id": _text(_RUN_ID)}, True
+    ),
+    "decide": MethodSchema(
+        {**REQUEST_ID, **RUN_FIELDS, "tool": _text(_TOOL), "args": _is_object},
+        {"tool_call_id": _text(_ID)},
+        True,
+    ),
+    "complete": MethodSchema(
+        {**REQUEST_ID, **RUN_FIELDS, "decision_id": _text(_DECISION_ID), "status": _one_of("ok", "error")},
+        {
+            "args_digest": _text(_DIGEST),
+            "exit_code": _int_range(-255, 255),
+            "stdin": _stdin,
+            "output": _any_json,
+            "error": _bounded_text(MAX_REASON),
+        },
+        True,
+    ),
+    "observe": MethodSchema(
+        {**REQUEST_ID, **RUN_FIELDS, "source": _text(_SOURCE), "trust": _one_of("trusted", "untrusted"),
+         "value": _any_json},
+        {"must_keep": _is_bool},
+        True,
+    ),
+    "close_run": MethodSchema({**REQUEST_ID, **RUN_FIELDS}, {"reason": _bounded_text(MAX_REASON)}, True),
+    "hold": MethodSchema({**REQUEST_ID, "run_id": _text(_RUN_ID)}, {"reason": _bounded_text(MAX_REASON)}, True),
+    "quarantine": MethodSchema({**REQUEST_ID, "run_id": _text(_RUN_ID)}, {"reason": _bounded_text(MAX_REASON)}, True),
+    "release": MethodSchema({**REQUEST_ID, "run_id": _text(_RUN_ID)}, {"reason": _bounded_text(MAX_REASON)}, True),
+    "containment": MethodSchema({"run_id": _text(_RUN_ID)}, {"run_token": _bounded_text(MAX_RUN_TOKEN)}, False),
+    "read": MethodSchema(
+        dict(RUN_FIELDS), {"from_seq": _int_range(0, 2**53 - 1), "limit": _int_range(1, READ_LIMIT_MAX)}, False
+    ),
+    "checkpoint": MethodSchema({}, {}, False),
+}
+
+
+def validate(request: dict[str, Any]) -> tuple[str, MethodSchema]:
+    """Check ``request`` against its method's closed schema; return the method name and schema."""
+    method = request.get("method")
+    if not isinstance(method, str):
+        raise SchemaError("request has no string field 'method'")
+    schema = METHODS.get(method)
+    if schema is None:
+        raise SchemaError(f"unknown method {method!r}; known: {', '.join(sorted(METHODS))}")
+    fields = set(request) - {"method"}
+    missing = set(schema.required) - fields
+    if missing:
+        raise SchemaError(f"{method}: missing field(s) {', '.join(sorted(missing))}")
+    unknown = fields - set(schema.required) - set(schema.optional)
+    if unknown:
+        raise SchemaError(f"{method}: unknown field(s) {', '.join(sorted(unknown))}")
+    for name in fields:
+        check = schema.required.get(name) or schema.optional[name]
+        if not check(request[name]):
+            raise SchemaError(f"{method}: field {name!r} is invalid")
+    return method, schema
+
+
+def error(code: str, message: str, **extra: Any) -> dict[str, Any]:
+    """The one error shape: ``{"error": {"code", "message", …}}``."""
+    assert code in ERROR_CODES, code
+    return {"error": {"code": code, "message": message, **extra}}

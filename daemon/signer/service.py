@@ -1,0 +1,361 @@
+"""The signer's methods: validate, decide with policy, sign into the store, answer.
+
+Each handler does all of its bookkeeping and fixes its record's place in the log
+*before* its first ``await``, so requests are ordered exactly as they arrived even
+though their fsyncs are shared (group commit).  Replies to state-changing calls are
+kept per (caller, request_id): a retry gets the original answer, another payload
+with the same id gets ``conflict``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import os
+import secrets
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from .. import strictjson
+from ..evidence.records import SIGNER_RUN_ID, Record
+from ..policy import PolicyPack, evaluate
+from . import commitments, runtoken
+from .keys import SignerKeys
+from .rpc_schema import RPC_VERSION, SchemaError, error, validate
+from .state import DecisionState, RunBook, RunState, StoredReply, reply_from_record
+from .store import LogStore, StoreUnavailable
+
+VERSION = "0.1.0"
+RUN_TOKEN_TTL_SECONDS = 24 * 3600
+MAX_OPEN_RUNS_PER_CALLER = 100
+MAX_PENDING_DECISIONS_PER_RUN = 4096
+INCIDENT_RULES = frozenset({"TK-D007", "TK-D013"})
+CONTAINED_RULE = "TK-CONTAINED"
+
+Handler = Callable[[str, dict[str, Any]], Awaitable[dict[str, Any]]]
+
+
+class RequestRefused(Exception):
+    """Carries an error reply out of a handler."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.reply = error(code, message)
+
+
+class SignerService:
+    def __init__(
+        self, keys: SignerKeys, store: LogStore, pack: PolicyPack, *, signer_uid: int | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.keys = keys
+        self.store = store
+        self.pack = pack
+        self.book = RunBook()
+        self.signer_uid = os.getuid() if signer_uid is None else signer_uid
+        self.clock = clock
+        self.recovery: dict[str, Any] = {}
+        self.policy_digest = ""
+        self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._handlers: dict[str, Handler] = {
+            "hello": self._hello,
+            "status": self._status,
+            "register_run": self._register_run,
+            "decide": self._decide,
+            "complete": self._complete,
+            "observe": self._observe,
+            "close_run": self._close_run,
+            "hold": self._containment_change,
+            "quarantine": self._containment_change,
+            "release": self._containment_change,
+            "containment": self._containment,
+            "read": self._read,
+            "checkpoint": self._checkpoint,
+        }
+
+    # ---- start -------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Replay the store, then sign the epoch (new log) and a start record."""
+        recovery = self.store.open(self.book.apply)
+        self.recovery = {"records": recovery.records, "torn_bytes": recovery.torn_bytes, "torn_file": recovery.torn_file}
+        if self.store.error:
+            return
+        try:
+            self.policy_digest = self.store.save_policy(self.pack.snapshot())
+        except OSError as exc:
+            self.store.error = f"cannot write the policy snapshot: {exc.strerror}"
+            return
+        try:
+            if self.store.size == 0:
+                await self.store.append(SIGNER_RUN_ID, "signer.epoch", self._epoch_data())
+            started: dict[str, Any] = {"pid": os.getpid(), "version": VERSION, "records": recovery.records}
+            if recovery.torn_bytes:
+                started["recovered"] = {"torn_bytes": recovery.torn_bytes, "torn_file": recovery.torn_file}
+            await self.store.append(SIGNER_RUN_ID, "signer.started", started)
+        except StoreUnavailable:
+            return
+
+    def _epoch_data(self) -> dict[str, Any]:
+        from ..evidence.records import public_raw
+        import base64
+
+        public = base64.b64encode(public_raw(self.keys.record_key.public_key())).decode()
+        return {
+            "keys": [{"purpose": "record", "alg": "ed25519", "kid": self.keys.record_kid, "public_key": public}],
+            "log_vkey": self.keys.log_vkey,
+            "origin": self.keys.origin,
+        }
+
+    # ---- dispatch ----------------------------------------------------------------------
+    async def handle(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        """Answer one request from ``identity`` (``uid:N``, taken from the socket)."""
+        try:
+            method, schema = validate(request)
+        except SchemaError as exc:
+            return error("invalid_request", str(exc))
+        if not schema.state_changing:
+            return await self._run_handler(method, identity, request)
+        key = (identity, request["request_id"])
+        mac = self._request_mac(request)
+        stored = self.book.replies.get(key)
+        if stored is not None:
+            return self._replay(stored, method, mac, request)
+        pending = self._inflight.get(key)
+        if pending is not None:
+            reply = await asyncio.shield(pending)
+            return self._replay(self.book.replies.get(key) or StoredReply(method, mac, reply), method, mac, request)
+        future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._inflight[key] = future
+        try:
+            reply = await self._run_handler(method, identity, request, mac)
+            future.set_result(reply)
+            return reply
+        finally:
+            self._inflight.pop(key, None)
+
+    async def _run_handler(self, method: str, identity: str, request: dict[str, Any], mac: str = "") -> dict[str, Any]:
+        request = {**request, "_mac": mac}
+        try:
+            return await self._handlers[method](identity, request)
+        except RequestRefused as refused:
+            return refused.reply
+        except StoreUnavailable as exc:
+            return error("unavailable", f"the signer's store cannot record ({exc}); nothing is allowed until it can")
+
+    def _replay(self, stored: StoredReply, method: str, mac: str, request: dict[str, Any]) -> dict[str, Any]:
+        if stored.method != method or stored.request_mac != mac:
+            return error("conflict", f"request_id {request['request_id']!r} was used before with another request")
+        reply = dict(stored.reply)
+        if method == "register_run":
+            reply["run_token"] = self._mint(reply["run_id"], request_owner_of(self, reply["run_id"]), reply["token_expires"])
+        return reply
+
+    def _request_mac(self, request: dict[str, Any]) -> str:
+        body = {k: v for k, v in request.items() if k != "run_token"}
+        return hmac.new(self.keys.salt_key, b"request:" + strictjson.canonical(body), "sha256").hexdigest()[:32]
+
+    def _mint(self, run_id: str, owner: str, expires: int) -> str:
+        return runtoken.mint(self.keys.run_token_key, run_id, owner, expires)
+
+    def _run_for(self, identity: str, request: dict[str, Any], *, open_only: bool = True) -> RunState:
+        run = self.book.runs.get(request["run_id"])
+        if run is None:
+            raise RequestRefused("unknown_run", f"no run {request['run_id']!r} in this signer")
+        try:
+            runtoken.check(self.keys.run_token_key, request["run_token"], run.run_id, identity, int(self.clock()))
+        except runtoken.RunTokenError as exc:
+            raise RequestRefused("run_token_invalid", str(exc)) from None
+        if open_only and run.closed:
+            raise RequestRefused("run_closed", f"run {run.run_id!r} is closed; register a new run")
+        return run
+
+    def _ensure_writable(self) -> None:
+        if self.store.error:
+            raise StoreUnavailable(self.store.error)
+
+    async def _record(self, run: RunState | None, run_id: str, kind: str, data: dict[str, Any],
+                      identity: str, request: dict[str, Any]) -> Record:
+        """Sign a record now and wait for it to be durable; state follows the record."""
+        if request.get("_mac"):
+            data = {**data, "request_mac": request["_mac"]}
+        record, durable = self.store.submit(run_id, kind, data, identity=identity, request_id=request.get("request_id"))
+        self.book.apply(record)
+        await durable
+        return record
+
+    # ---- methods -----------------------------------------------------------------------
+    async def _hello(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        return {"proto": [RPC_VERSION, RPC_VERSION], "version": VERSION, "pid": os.getpid(), "identity": identity,
+                "signer": "tkbox-signer"}
+
+    async def _status(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        runs = self.book.runs.values()
+        return {
+            "rpc_version": RPC_VERSION,
+            "version": VERSION,
+            "pid": os.getpid(),
+            "identity": identity,
+            "signer_uid": self.signer_uid,
+            "log_id": self.keys.log_id,
+            "origin": self.keys.origin,
+            "keys": {"record_kid": self.keys.record_kid, "log_vkey": self.keys.log_vkey},
+            "policy": {"name": self.pack.name, "policy_hash": self.pack.policy_hash},
+            "records": self.store.size,
+            "runs": {"open": sum(1 for r in runs if not r.closed), "closed": sum(1 for r in runs if r.closed)},
+            "store": {"state": "failed" if self.store.error else "ok", "error": self.store.error,
+                      "recovered": self.recovery},
+            "isolation": self._isolation(identity),
+            "assurance": "dev",
+        }
+
+    def _isolation(self, identity: str) -> str:
+        return "same-user" if identity in (f"uid:{self.signer_uid}", "uid:0") else "separate-user"
+
+    async def _register_run(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_writable()
+        run_id = request.get("run_id") or f"run-{secrets.token_hex(12)}"
+        if run_id in self.book.runs or run_id == SIGNER_RUN_ID:
+            raise RequestRefused("run_exists", f"run {run_id!r} already exists; choose another run_id or omit it")
+        if self.book.open_runs_of(identity) >= MAX_OPEN_RUNS_PER_CALLER:
+            raise RequestRefused(
+                "quota_exceeded", f"{MAX_OPEN_RUNS_PER_CALLER} runs are open for {identity}; close one first"
+            )
+        expires = int(self.clock()) + RUN_TOKEN_TTL_SECONDS
+        data = {
+            "agent": request["agent"],
+            "policy_name": self.pack.name,
+            "policy_hash": self.pack.policy_hash,
+            "signer_isolation": self._isolation(identity),
+            "token_expires": expires,
+        }
+        record = await self._record(None, run_id, "run.registered", data, identity, request)
+        reply = reply_from_record(record)
+        reply["run_token"] = self._mint(run_id, identity, expires)
+        return reply
+
+    async def _decide(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_writable()
+        run = self._run_for(identity, request)
+        if len(run.decisions) - sum(d.consumed for d in run.decisions.values()) >= MAX_PENDING_DECISIONS_PER_RUN:
+            raise RequestRefused("quota_exceeded", "too many decisions without a completion in this run")
+        tool, args = request["tool"], request["args"]
+        verdict = evaluate(self.pack, tool, args)
+        decision_id = f"dec-{secrets.token_hex(16)}"
+        data: dict[str, Any] = {
+            "decision_id": decision_id,
+            "tool": tool,
+            "tool_class": verdict.tool_class,
+            "verdict": verdict.verdict,
+            "rule_ids": list(verdict.rule_ids),
+            "reason": verdict.reason,
+            "args": commitments.commit(self.keys.salt(decision_id), {"tool": tool, "args": args}),
+        }
+        if run.containment != "active":
+            data.update(verdict="deny", rule_ids=[CONTAINED_RULE, *data["rule_ids"]],
+                        reason=f"run is {run.containment} by the operator: {run.containment_reason}".rstrip(": "))
+        if verdict.hint:
+            data["hint"] = verdict.hint
+        if "tool_call_id" in request:
+            data["tool_call_id"] = request["tool_call_id"]
+        if INCIDENT_RULES & set(data["rule_ids"]):
+            data["incident"] = True
+        record = await self._record(run, run.run_id, "policy.decision", data, identity, request)
+        return reply_from_record(record)
+
+    async def _complete(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        run = self._run_for(identity, request, open_only=False)
+        self._ensure_writable()
+        decision_id = request["decision_id"]
+        decision = run.decisions.get(decision_id)
+        if decision is None:
+            raise RequestRefused("unknown_decision", f"no decision {decision_id} in run {run.run_id}")
+        if decision.consumed:
+            raise RequestRefused("decision_consumed", f"decision {decision_id} was completed already")
+        salt = self.keys.salt(decision_id)
+        if "args_digest" in request and not hmac.compare_digest(
+            commitments.commit_digest(salt, request["args_digest"]), decision.args_commitment
+        ):
+            raise RequestRefused("args_mismatch", "args_digest is not the digest of the decided tool and args")
+        data: dict[str, Any] = {"decision_id": decision_id, "status": request["status"]}
+        for name in ("exit_code", "stdin"):
+            if name in request:
+                data[name] = request[name]
+        if "output" in request:
+            data["output"] = commitments.commit(self.keys.salt(f"result:{decision_id}"), request["output"])
+        if "error" in request:
+            data["error"] = commitments.commit(self.keys.salt(f"error:{decision_id}"), request["error"])
+        record = await self._record(run, run.run_id, "tool.result", data, identity, request)
+        if decision.verdict in ("deny", "ask"):
+            await self._record(run, run.run_id, "capture.gap",
+                               {"kind": "executed_against_policy", "decision_id": decision_id}, "signer", {})
+        return reply_from_record(record)
+
+    async def _observe(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        run = self._run_for(identity, request, open_only=True)
+        self._ensure_writable()
+        salt_id = secrets.token_hex(16)
+        data = {
+            "source": request["source"],
+            "trust": request["trust"],
+            "must_keep": request.get("must_keep", False),
+            "salt_id": salt_id,
+            "output": commitments.commit(self.keys.salt(f"input.observed:{salt_id}"), request["value"]),
+        }
+        record = await self._record(run, run.run_id, "input.observed", data, identity, request)
+        return reply_from_record(record)
+
+    async def _close_run(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        run = self._run_for(identity, request)
+        self._ensure_writable()
+        data = {"reason": request.get("reason", ""), "records": run.records + 1}
+        record = await self._record(run, run.run_id, "run.closed", data, identity, request)
+        await self.store.drain()
+        size, _ = self.store.checkpoint()
+        reply = reply_from_record(record)
+        reply["checkpoint_size"] = size
+        return reply
+
+    async def _containment_change(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        method = request["method"]
+        run = self.book.runs.get(request["run_id"])
+        if run is None:
+            raise RequestRefused("unknown_run", f"no run {request['run_id']!r} in this signer")
+        if run.closed:
+            raise RequestRefused("run_closed", f"run {run.run_id!r} is closed")
+        self._ensure_writable()
+        target = {"hold": "held", "quarantine": "quarantined", "release": "active"}[method]
+        if run.containment == "quarantined" and method != "quarantine":
+            raise RequestRefused("invalid_request", "a quarantined run cannot be held or released; remove its box")
+        data = {"state": target, "reason": request.get("reason", ""), "method": method}
+        record = await self._record(run, run.run_id, "containment.changed", data, identity, request)
+        return reply_from_record(record)
+
+    async def _containment(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        run = self.book.runs.get(request["run_id"])
+        if run is None:
+            raise RequestRefused("unknown_run", f"no run {request['run_id']!r} in this signer")
+        if "run_token" in request:
+            self._run_for(identity, request, open_only=False)
+        return {"run_id": run.run_id, "state": run.containment, "reason": run.containment_reason,
+                "closed": run.closed, "store": "failed" if self.store.error else "ok"}
+
+    async def _read(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        run = self._run_for(identity, request, open_only=False)
+        start = request.get("from_seq", 0)
+        limit = request.get("limit", 100)
+        await self.store.drain()
+        seqs = run.seqs[start:start + limit]
+        records = [self.store.read_record(seq) for seq in seqs]
+        events = [{"run_seq": r.run_seq, "type": r.type, "hash": r.hash, "event": r.event} for r in records]
+        return {"records": events, "next_seq": start + len(events)}
+
+    async def _checkpoint(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        self._ensure_writable()
+        await self.store.drain()
+        size, signed = self.store.checkpoint()
+        return {"size": size, "note": signed.decode()}
+
+
+def request_owner_of(service: SignerService, run_id: str) -> str:
+    return service.book.runs[run_id].owner

@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# Sets up tkbox on a Debian 12 machine (as root, or with sudo): the Debian packages it
+# needs, then a virtual environment in .venv with tkbox and its test tools installed.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Debian packages the product and its tests need; one list in one place.
+DEBIAN_PACKAGES=(python3-venv git bubblewrap util-linux iproute2 tmux)
+
+missing=()
+for package in "${DEBIAN_PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing+=("$package")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" -ne 0 ]; then SUDO=sudo; else SUDO=; fi
+  echo "setup: installing Debian packages: ${missing[*]}"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+PYTHON=${PYTHON:-python3}
+if [ ! -x .venv/bin/python ]; then
+  "$PYTHON" -m venv .venv
+fi
+.venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -E '^\s*$|WARNING: Location|!!|wheel_obj' || true
+.venv/bin/python -c 'import tkbox_daemon, tkbox_guest, tkbox_tui' || { echo "setup: tkbox did not install" >&2; exit 1; }
+echo "setup: ready (.venv/bin/tkbox)"

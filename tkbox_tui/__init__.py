@@ -1,0 +1,1 @@
+"""tkbox's operator side: the ``tkbox`` command line and the Textual console."""

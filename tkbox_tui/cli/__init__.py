@@ -1,0 +1,1 @@
+"""The ``tkbox`` command line: one entry point dispatching to each command group."""

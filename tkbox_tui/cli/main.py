@@ -1,0 +1,71 @@
+"""``tkbox``: the one console script. Each command group lives in its own module and is imported only when used."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable
+
+USAGE = """usage: tkbox COMMAND [ARGS…]
+
+commands:
+  demo                 start a dev signer, record a few decisions in a run, export it and verify it
+  signer …             serve | up | down | status | trust | export   (tkbox signer --help)
+  verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
+  policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
+
+Every command takes --help; every command that prints data takes --json.
+"""
+
+
+def _signer(argv: list[str]) -> int:
+    from tkbox_daemon.signer.cli import signer_main
+
+    return signer_main(argv)
+
+
+def _verify(argv: list[str]) -> int:
+    from tkbox_daemon.evidence.verify import verify_main
+
+    return verify_main(argv)
+
+
+def _policy(argv: list[str]) -> int:
+    if not argv or argv[0] in ("-h", "--help"):
+        print("usage: tkbox policy check [--tool TOOL --args ARGS | --file CALLS.json] [--pack PACK] [--json]")
+        return 0 if argv else 2
+    if argv[0] != "check":
+        print(f"tkbox policy: unknown command {argv[0]!r}; the only one is: check", file=sys.stderr)
+        return 2
+    from tkbox_daemon.policy import check_main
+
+    return check_main(argv[1:])
+
+
+def _demo(argv: list[str]) -> int:
+    from .demo import demo_main
+
+    return demo_main(argv)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "demo": _demo,
+    "signer": _signer,
+    "verify": _verify,
+    "policy": _policy,
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if not args or args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0 if args else 2
+    command = COMMANDS.get(args[0])
+    if command is None:
+        print(f"tkbox: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
+        return 2
+    return command(args[1:])
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
