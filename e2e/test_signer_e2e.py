@@ -115,7 +115,10 @@ try:
 except OSError as exc:
     print(json.dumps({"connect_error": exc.errno}))
     raise SystemExit(0)
-sock.sendall(b'{"method":"hello"}\\n')
+try:
+    sock.sendall(b'{"method":"hello"}\\n')
+except BrokenPipeError:
+    pass  # a refused caller is answered at once and the connection closed
 reply = sock.makefile("rb").readline()
 print(json.dumps({"reply": json.loads(reply) if reply else None}))
 """

@@ -1,0 +1,66 @@
+"""Shared helpers for the benchmarks: machine description, medians, a throwaway signer process."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+
+def machine() -> str:
+    model = "unknown CPU"
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def median_ms(samples: list[float]) -> float:
+    return statistics.median(samples) * 1000
+
+
+@contextmanager
+def signer_process() -> Iterator["SignerPaths"]:
+    """A real signer in its own temporary directories; yields its paths."""
+    base = Path(tempfile.mkdtemp(prefix="tkbench-"))
+    data = base / "data"
+    runtime = Path(tempfile.mkdtemp(prefix="tkbr-", dir="/tmp"))
+    os.chmod(runtime, 0o700)
+    env = {**os.environ, "TKBOX_SIGNER_DATA_DIR": str(data), "TKBOX_SIGNER_RUNTIME_DIR": str(runtime)}
+    process = subprocess.Popen([sys.executable, "-m", "tkbox_daemon.signer.process"], env=env,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    socket_path = runtime / "signer.sock"
+    from tkbox_daemon.signer.client import SignerClient, SignerUnreachable
+
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            with SignerClient(socket_path) as client:
+                client.call("hello")
+            break
+        except SignerUnreachable:
+            if process.poll() is not None or time.monotonic() > deadline:
+                raise RuntimeError("signer did not start: " + process.stderr.read().decode()) from None
+            time.sleep(0.02)
+    from tkbox_daemon.signer.paths import SignerPaths
+
+    try:
+        yield SignerPaths(data, runtime)
+    finally:
+        process.terminate()
+        process.wait(30)
+        import shutil
+
+        shutil.rmtree(base, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)

@@ -1,0 +1,124 @@
+"""``GET /v1/boxes/{box}/exec`` (WebSocket): run one command through the command door.
+
+Client → daemon: a first text message ``{"type":"start", "argv", "cwd", "env", "stdin": "none"|"upfront"|"stream",
+"stdin_data": <base64, with upfront>, "timeout": <seconds>}``; then binary messages of stdin (stream mode),
+``{"type":"stdin_eof"}`` and ``{"type":"signal","signal":"INT"|"TERM"|"KILL"|"HUP"}``.
+Daemon → client: ``{"type":"decision", …}``; then either ``{"type":"denied", "exit_code":126, …}`` or
+``{"type":"started"}``, binary output frames (first byte 1 = stdout, 2 = stderr), and ``{"type":"exit", …}``.
+A client that goes away stops its process.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import contextlib
+import json
+from typing import Any
+
+from aiohttp import WSMsgType, web
+
+from .. import strictjson
+from ..boxes.exec_session import ExecDenied, ExecStart
+from ..tasks import spawn
+from .errors import ApiError
+from .keys import MANAGER
+
+routes = web.RouteTableDef()
+MAX_CONTROL_BYTES = 2 << 20
+SIGNALS = {"INT": 2, "TERM": 15, "KILL": 9, "HUP": 1}
+
+
+def parse_start(text: str) -> ExecStart:
+    try:
+        message = strictjson.loads_object(text, max_bytes=MAX_CONTROL_BYTES)
+    except strictjson.StrictJSONError as exc:
+        raise ApiError(400, "invalid_request", f"the start message is not strict JSON: {exc}") from None
+    allowed = {"type", "argv", "cwd", "env", "stdin", "stdin_data", "timeout"}
+    if message.get("type") != "start" or set(message) - allowed:
+        raise ApiError(400, "invalid_request", f"the first message is {{type: start}} with only {sorted(allowed)}")
+    argv = message.get("argv")
+    env = message.get("env", {})
+    if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+        raise ApiError(400, "invalid_request", "argv must be a list of strings")
+    if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        raise ApiError(400, "invalid_request", "env must map strings to strings")
+    mode = message.get("stdin", "none")
+    if mode not in ("none", "upfront", "stream"):
+        raise ApiError(400, "invalid_request", "stdin is none, upfront or stream")
+    data = None
+    if mode == "upfront":
+        try:
+            data = base64.b64decode(message.get("stdin_data", ""), validate=True)
+        except (binascii.Error, TypeError):
+            raise ApiError(400, "invalid_request", "stdin_data must be base64") from None
+    timeout = message.get("timeout")
+    if timeout is not None and (type(timeout) is not int or timeout <= 0):
+        raise ApiError(400, "invalid_request", "timeout is a positive number of seconds")
+    cwd = message.get("cwd", "/workspace")
+    if not isinstance(cwd, str):
+        raise ApiError(400, "invalid_request", "cwd must be a string")
+    return ExecStart(argv=tuple(argv), cwd=cwd, env=env, stdin=data, stdin_streamed=mode == "stream",
+                     timeout=timeout)
+
+
+@routes.get("/v1/boxes/{box}/exec")
+async def exec_websocket(request: web.Request) -> web.StreamResponse:
+    box = request.app[MANAGER].get(request.match_info["box"])
+    socket = web.WebSocketResponse(max_msg_size=MAX_CONTROL_BYTES, heartbeat=30)
+    await socket.prepare(request)
+    try:
+        first = await socket.receive(timeout=60)
+        if first.type != WSMsgType.TEXT:
+            raise ApiError(400, "invalid_request", "the first message must be the start message (text)")
+        start = parse_start(first.data)
+        session = box.exec_session(start)
+        try:
+            decision = await session.start()
+        except ExecDenied as denied:
+            await socket.send_json({"type": "decision", **denied.decision})
+            await socket.send_json({"type": "denied", "exit_code": 126, **denied.decision})
+            return socket
+        await socket.send_json({"type": "decision", **decision})
+        await socket.send_json({"type": "started"})
+        pump = spawn(_client_to_session(socket, session), name="exec-stdin")
+        try:
+            async for item in session.outputs():
+                if isinstance(item, dict):
+                    await socket.send_json({"type": "exit", **item})
+                else:
+                    stream, chunk = item
+                    await socket.send_bytes(bytes([stream]) + chunk)
+        finally:
+            pump.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await pump
+            await session.abort()
+    except ApiError as error:
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_json({"type": "error", "code": error.code, "message": error.message})
+    except (TimeoutError, ConnectionResetError):
+        pass
+    finally:
+        await socket.close()
+    return socket
+
+
+async def _client_to_session(socket: web.WebSocketResponse, session: Any) -> None:
+    """Stdin and signals from the client; when the client goes away, its process is stopped."""
+    async for message in socket:
+        if message.type == WSMsgType.BINARY:
+            await session.write_stdin(message.data)
+        elif message.type == WSMsgType.TEXT:
+            try:
+                control = json.loads(message.data)
+            except ValueError:
+                continue
+            if control.get("type") == "stdin_eof":
+                await session.close_stdin()
+            elif control.get("type") == "signal" and control.get("signal") in SIGNALS:
+                await session.signal(SIGNALS[control["signal"]])
+        else:
+            break
+    await session.abort()

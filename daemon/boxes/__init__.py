@@ -1,0 +1,1 @@
+"""Boxes on the host: settings, lifecycle, the manager, and the link to each box's guest agent."""

@@ -1,0 +1,72 @@
+"""Every limit tkbox enforces, each a named constant with how to raise it: one place, checked against docs/limits.md.
+
+A refusal for a limit names the limit and quotes its ``how_to_raise``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+KIB = 1024
+MIB = 1024 * KIB
+GIB = 1024 * MIB
+
+
+@dataclass(frozen=True)
+class Limit:
+    name: str
+    default: int
+    unit: str
+    what: str
+    how_to_raise: str
+
+    def refusal(self, detail: str = "") -> str:
+        text = f"limit {self.name} ({self.default} {self.unit}) reached"
+        if detail:
+            text += f": {detail}"
+        return f"{text}; {self.how_to_raise}"
+
+
+BOX_VCPUS = Limit("box_vcpus", 2, "CPUs", "CPU share of one box", "tkbox run --cpus N or limits.cpus in tkbox.yaml")
+BOX_MEMORY = Limit("box_memory", 2 * GIB, "bytes", "memory of one box", "tkbox run --memory SIZE or limits.memory")
+BOX_DISK = Limit("box_disk", 4 * GIB, "bytes", "workspace upper layer and tmpfs of one box",
+                 "tkbox run --disk SIZE or limits.disk")
+BOX_PIDS = Limit("box_pids", 1024, "processes", "processes in one box", "tkbox run --pids N or limits.pids")
+BOX_LIFETIME = Limit("box_lifetime", 3600, "seconds", "a box's lifetime before it is stopped",
+                     "tkbox run --lifetime SECONDS or limits.lifetime")
+EXEC_TIMEOUT = Limit("exec_timeout", 1800, "seconds", "one command's run time",
+                     "tkbox exec --timeout SECONDS or limits.exec_timeout")
+BOXES_PER_DAEMON = Limit("boxes_per_daemon", 8, "boxes", "boxes alive at once in one daemon",
+                         "tkbox daemon --max-boxes N")
+EXECS_PER_BOX = Limit("execs_per_box", 64, "commands", "commands running at once in one box",
+                      "limits.execs in tkbox.yaml")
+CONNECTIONS_PER_BOX = Limit("connections_per_box", 256, "connections", "open egress connections of one box",
+                            "limits.connections in tkbox.yaml")
+PENDING_APPROVALS_PER_BOX = Limit("pending_approvals_per_box", 16, "approvals", "approvals waiting for a person",
+                                  "answer or reject pending approvals")
+APPROVALS_PER_MINUTE = Limit("approvals_per_minute", 30, "approvals", "new approvals opened per minute per box",
+                             "wait a minute, or add the host to the allowlist")
+APPROVAL_WAIT = Limit("approval_wait", 120, "seconds", "how long a held connection waits for a person",
+                      "answer sooner; the wait is fixed")
+STDIN_UPFRONT = Limit("stdin_upfront", 1 * MIB, "bytes", "stdin given up front (decided with the command)",
+                      "stream larger input instead (tkbox exec reads stdin as a stream)")
+STDIN_TEXT_IN_DECISION = Limit("stdin_text_in_decision", 4 * KIB, "bytes",
+                               "UTF-8 stdin shown as text in the decision", "fixed")
+FRAME_PAYLOAD = Limit("frame_payload", 1 * MIB, "bytes", "one agent-channel frame", "fixed (protocol)")
+SIGNER_LINE = Limit("signer_line", 1 * MIB, "bytes", "one signer RPC line", "fixed (protocol)")
+EVENTS_FILE = Limit("events_file", 256 * MIB, "bytes", "a box's events.jsonl", "fixed; older events stay in the file")
+MUST_KEEP_QUEUE = Limit("must_keep_queue", 4096, "observations", "must-keep observations waiting for the signer",
+                        "fixed; a box that overflows it is stopped and the loss counted in tkbox.gap")
+PATCH_SIZE = Limit("patch_size", 256 * MIB, "bytes", "the workspace patch read from a box", "fixed")
+WORKSPACE_FILES = Limit("workspace_files", 200_000, "files", "files copied into a box's workspace",
+                        "tkbox run --max-files N or limits.workspace_files")
+WORKSPACE_BYTES = Limit("workspace_bytes", 2 * GIB, "bytes", "bytes copied into a box's workspace",
+                        "tkbox run --max-workspace SIZE or limits.workspace_bytes")
+EGRESS_REFUSALS_PER_SECOND = Limit("egress_refusals_per_second", 20, "records",
+                                   "box refusals recorded one by one per second", "fixed; the rest are counted")
+CONTAINMENT_POLL_EARLY = Limit("containment_poll_early", 2, "seconds", "containment poll in a box's first minute",
+                               "fixed")
+CONTAINMENT_POLL_LATER = Limit("containment_poll_later", 15, "seconds", "containment poll after the first minute",
+                               "fixed")
+
+ALL_LIMITS: tuple[Limit, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Limit))
