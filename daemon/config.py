@@ -8,6 +8,7 @@ from pathlib import Path
 
 from .limits import BOXES_PER_DAEMON
 from .signer.paths import SignerPaths, ensure_private_dir
+from .wire import daemon_runtime_dir
 
 
 @dataclass(frozen=True)
@@ -41,12 +42,7 @@ class DaemonPaths:
     def from_env(cls, environ: dict[str, str] | None = None) -> DaemonPaths:
         env = os.environ if environ is None else environ
         home = Path(env.get("HOME") or os.path.expanduser("~"))
-        if env.get("TKBOX_DAEMON_RUNTIME_DIR"):
-            runtime = Path(env["TKBOX_DAEMON_RUNTIME_DIR"])
-        elif env.get("XDG_RUNTIME_DIR"):
-            runtime = Path(env["XDG_RUNTIME_DIR"]) / "tkbox-daemon"
-        else:
-            runtime = Path(f"/tmp/tkbox-daemon-{os.getuid()}")
+        runtime = Path(daemon_runtime_dir(dict(env)))
         if env.get("TKBOX_DAEMON_STATE_DIR"):
             state = Path(env["TKBOX_DAEMON_STATE_DIR"])
         elif env.get("XDG_STATE_HOME"):

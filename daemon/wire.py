@@ -7,6 +7,7 @@ itself), a kind from ``EVENT_KINDS`` and a small JSON payload.  Boxes are descri
 
 from __future__ import annotations
 
+import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -90,3 +91,14 @@ class BoxInfo:
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
     """The API's one error shape."""
     return {"error": {"code": code, "message": message, **extra}}
+
+
+def daemon_runtime_dir(environ: dict[str, str] | None = None) -> str:
+    """Where the daemon's API socket lives: ``$TKBOX_DAEMON_RUNTIME_DIR``, else ``$XDG_RUNTIME_DIR/tkbox-daemon``,
+    else ``/tmp/tkbox-daemon-<uid>``."""
+    env = os.environ if environ is None else environ
+    if env.get("TKBOX_DAEMON_RUNTIME_DIR"):
+        return os.path.abspath(env["TKBOX_DAEMON_RUNTIME_DIR"])
+    if env.get("XDG_RUNTIME_DIR"):
+        return os.path.join(os.path.abspath(env["XDG_RUNTIME_DIR"]), "tkbox-daemon")
+    return f"/tmp/tkbox-daemon-{os.getuid()}"

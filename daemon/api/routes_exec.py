@@ -20,7 +20,9 @@ from typing import Any
 from aiohttp import WSMsgType, web
 
 from .. import strictjson
+from ..boxes.box import BoxOperationError
 from ..boxes.exec_session import ExecDenied, ExecStart
+from ..doors.commands import ExecRefused
 from ..tasks import spawn
 from .errors import ApiError
 from .keys import MANAGER
@@ -98,6 +100,13 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
     except ApiError as error:
         with contextlib.suppress(ConnectionResetError):
             await socket.send_json({"type": "error", "code": error.code, "message": error.message})
+    except ExecRefused as refused:
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_json({"type": "error", "code": "exec_refused", "rule": refused.rule,
+                                    "message": str(refused)})
+    except BoxOperationError as error:
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_json({"type": "error", "code": error.code, "message": str(error)})
     except (TimeoutError, ConnectionResetError):
         pass
     finally:

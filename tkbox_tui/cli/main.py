@@ -9,6 +9,12 @@ USAGE = """usage: tkbox COMMAND [ARGS…]
 
 commands:
   demo                 start a dev signer, record a few decisions in a run, export it and verify it
+  daemon               run the daemon in the foreground (tkbox daemon --help)
+  run                  create and start a box on a workspace
+  exec BOX -- ARGV     run a command in a box, decided by the signer first
+  ls | stop | rm       list boxes; stop one (saves its patch); remove one (closes its run)
+  diff BOX             print a box's changes as a git-format patch
+  events [BOX]         print the daemon's events (--follow to keep printing)
   signer …             serve | up | down | status | trust | export   (tkbox signer --help)
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
@@ -47,8 +53,25 @@ def _demo(argv: list[str]) -> int:
     return demo_main(argv)
 
 
+def _daemon(argv: list[str]) -> int:
+    from tkbox_daemon.daemon_process import daemon_main
+
+    return daemon_main(argv)
+
+
+def _box(name: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        from .boxes import box_command
+
+        return box_command(name, argv)
+
+    return run
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "demo": _demo,
+    "daemon": _daemon,
+    **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events")},
     "signer": _signer,
     "verify": _verify,
     "policy": _policy,

@@ -1,0 +1,355 @@
+"""One box on the host: its settings, run, processes, channels, execs, patch and containment.
+
+State changes go through ``set_state``, which emits the matching event; the transitions are:
+creating → running ⇄ held → stopping → stopped → removed, and failed from anywhere but removed.
+A stopped box keeps its run open (a later apply records into it); removal, quarantine,
+failure and daemon shutdown close it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import shutil
+import time
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from .. import limits
+from ..box.backend import BoxBackend, BoxLimits, BoxProcess, BoxSpec
+from ..box.etcgen import generate_etc
+from ..doors.commands import ExecRefused
+from ..signer.store import write_atomically
+from ..tasks import spawn
+from ..wire import BoxInfo
+from .channels import AgentListener, BootServer
+from .exec_session import ExecSession, ExecStart
+from .guest_link import GuestExec, GuestFailure, GuestLink
+from .recorder import Decision, RunRecorder
+from .settings import BoxSettings
+
+if TYPE_CHECKING:
+    from .manager import BoxManager
+
+GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
+GUEST_CONNECT_TIMEOUT = 20.0
+SHUTDOWN_GRACE = 5.0
+EARLY_POLL_PERIOD = 60.0
+
+
+class BoxOperationError(RuntimeError):
+    """An operation is not possible in the box's state; ``status`` and ``code`` shape the API answer."""
+
+    def __init__(self, status: int, code: str, message: str) -> None:
+        super().__init__(message)
+        self.status = status
+        self.code = code
+
+
+def _iso(moment: datetime) -> str:
+    return moment.strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+class Box:
+    def __init__(self, manager: BoxManager, box_id: str, settings: BoxSettings, uid: int) -> None:
+        self.manager = manager
+        self.id = box_id
+        self.settings = settings
+        self.uid = uid
+        self.state = "creating"
+        self.reason = ""
+        created = datetime.now(UTC)
+        self.created_at = _iso(created)
+        self.expires_at = _iso(created + timedelta(seconds=settings.limit("lifetime")))
+        self._started_monotonic = time.monotonic()
+        self.state_dir = manager.config.paths.box_state(box_id)
+        self.runtime_dir = manager.config.paths.box_runtime(box_id)
+        self.recorder: RunRecorder | None = None
+        self.process: BoxProcess | None = None
+        self.link: GuestLink | None = None
+        self.execs: set[ExecSession] = set()
+        self.execs_total = 0
+        self.last_event = ""
+        self.workspace_summary: dict[str, Any] = {}
+        self._tasks: list[asyncio.Task[Any]] = []
+        self._poll_now = asyncio.Event()
+        self._stop_lock = asyncio.Lock()
+
+    # ---- reporting ---------------------------------------------------------------------
+    def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
+        self.last_event = kind
+        self.manager.events.emit(self.id, kind, data or {})
+
+    def info(self) -> BoxInfo:
+        return BoxInfo(
+            id=self.id, name=self.settings.name, state=self.state, image=self.settings.image,
+            workspace=str(self.settings.workspace), created_at=self.created_at, expires_at=self.expires_at,
+            run_id=self.recorder.run_id if self.recorder else None, recorded=self.recorder is not None,
+            execs_running=len(self.execs), execs_total=self.execs_total, last_event=self.last_event,
+            allow=list(self.settings.allow), secrets=self.settings.public()["secrets"],
+            limits=self.settings.public()["limits"], backend=self.manager.backend.name, reason=self.reason,
+        )
+
+    def set_state(self, state: str, reason: str = "") -> None:
+        self.state = state
+        self.reason = reason
+        kind = {"running": "box.started", "held": "box.held", "stopped": "box.stopped", "failed": "box.failed",
+                "removed": "box.removed"}.get(state)
+        if kind:
+            self.emit(kind, {"state": state, "reason": reason} if reason else {"state": state})
+
+    # ---- creation ----------------------------------------------------------------------
+    async def create(self, backend: BoxBackend) -> None:
+        """Register the run, build the workspace and /etc, start the box and wait for its guest."""
+        self.state_dir.mkdir(parents=True, mode=0o700)
+        self.runtime_dir.mkdir(parents=True, mode=0o700)
+        self.manager.events.attach_box(self.id, self.state_dir)
+        self.emit("box.created", {"name": self.settings.name, "workspace": str(self.settings.workspace),
+                                  "image": self.settings.image})
+        if self.manager.signer is not None:
+            self.recorder = RunRecorder(self.manager.signer, self.id, stop_box=self._stop_for_loss,
+                                        on_event=self.emit)
+            await self.recorder.register({"box_id": self.id, **self.settings.public()}, self.settings.task)
+        else:
+            self.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
+        layers = await asyncio.to_thread(self._prepare_layers)
+        import os
+
+        os.chown(self.runtime_dir, self.uid, self.uid)  # the box uid connects to its channel sockets
+        os.chmod(self.runtime_dir, 0o700)
+        boot = BootServer(self.runtime_dir / "boot.sock", self.uid, self._boot_config(backend, layers))
+        agent = AgentListener(self.runtime_dir / "agent.sock", self.uid)
+        await boot.start()
+        await agent.start()
+        try:
+            spec = BoxSpec(
+                box_id=self.id, state_dir=self.state_dir / "backend", base_dir=layers["base"],
+                upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
+                channels={"boot": boot.path, "agent": agent.path},
+                guest_dir=self.manager.guest_dir,
+                image_root=Path(self.settings.image[4:]) if self.settings.image.startswith("dir:") else None,
+                limits=BoxLimits(memory_bytes=self.settings.limit("memory"), pids_max=self.settings.limit("pids"),
+                                 cpu_quota_us=self.settings.limit("cpus") * 100_000),
+            )
+            self.process = await backend.start(spec, self._guest_argv(backend, boot.path))
+            reader, writer = await agent.wait(GUEST_CONNECT_TIMEOUT)
+        finally:
+            await boot.close()
+            await agent.close()
+        self.link = GuestLink(reader, writer, on_failure=self._guest_failed)
+        await asyncio.wait_for(self.link.request("ping"), GUEST_CONNECT_TIMEOUT)
+        self.set_state("running")
+        self._tasks = [
+            spawn(self._watch_process(), name=f"box-watch-{self.id}"),
+            spawn(self._lifetime(), name=f"box-lifetime-{self.id}"),
+        ]
+        if self.recorder is not None:
+            self._tasks.append(spawn(self._poll_containment(), name=f"box-containment-{self.id}"))
+
+    def _prepare_layers(self) -> dict[str, Path]:
+        from ..box.workspace import build_base
+
+        layers = {name: self.state_dir / name for name in ("base", "upper", "work", "etc")}
+        summary = build_base(self.settings.workspace, layers["base"], box_uid=self.uid,
+                             max_files=self.settings.limit("workspace_files"),
+                             max_bytes=self.settings.limit("workspace_bytes"))
+        self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
+        import os
+
+        for name in ("upper", "work"):
+            layers[name].mkdir(mode=0o755)
+            os.chown(layers[name], self.uid, self.uid)
+        (self.state_dir / "backend").mkdir(mode=0o700)
+        generate_etc(layers["etc"], hostname=self.settings.name[:63],
+                     uses_host_usr=not self.settings.image.startswith("dir:"))
+        return layers
+
+    def _boot_config(self, backend: BoxBackend, layers: dict[str, Path]) -> dict[str, Any]:
+        config: dict[str, Any] = {
+            "box_id": self.id, "env": {}, "workspace": "/workspace", "agent_socket": "/run/tkbox/agent.sock",
+            "limits": {"exec_timeout_ms": self.settings.limit("exec_timeout") * 1000,
+                       "max_execs": self.settings.limit("execs")},
+            "clock": int(time.time() * 1000),
+        }
+        if not backend.isolated:  # test backends: the guest runs on the host and sees host paths
+            config.update(workspace=str(layers["base"]), agent_socket=str(self.runtime_dir / "agent.sock"),
+                          base_dir=str(layers["base"]), upper_dir=str(layers["upper"]))
+        return config
+
+    def _guest_argv(self, backend: BoxBackend, boot_socket: Path) -> list[str]:
+        if backend.isolated:
+            return GUEST_ARGV
+        import sys
+
+        return [sys.executable, "-I", "-S", str(self.manager.guest_dir), "--boot-socket", str(boot_socket)]
+
+    # ---- the command door --------------------------------------------------------------
+    def exec_session(self, start: ExecStart) -> ExecSession:
+        if self.state != "running":
+            raise BoxOperationError(409, "box_not_running",
+                                    f"box {self.settings.name} is {self.state}; only a running box runs commands")
+        return ExecSession(self, start)
+
+    async def decide_exec(self, args: dict[str, Any]) -> Decision:
+        if self.recorder is None:
+            self.emit("daemon.unrecorded", {"warning": "unrecorded: this command is neither decided nor recorded",
+                                            "command": args["command"]})
+            return Decision("allow", "allow", None, ("TK-UNRECORDED",), "the daemon runs unrecorded (--unrecorded)")
+        decision = await self.recorder.decide("Bash", args)
+        if decision.incident:
+            self._poll_now.set()
+        return decision
+
+    async def start_guest_exec(self, session: ExecSession, timeout_seconds: int) -> GuestExec:
+        if self.state != "running" or self.link is None:
+            raise ExecRefused("state", f"box {self.settings.name} is {self.state}; nothing more runs in it")
+        if len(self.execs) >= self.settings.limit("execs"):
+            raise ExecRefused("limit", limits.EXECS_PER_BOX.refusal(f"{len(self.execs)} commands running"))
+        request = session.request
+        handle = await self.link.exec(list(request.argv), request.cwd, dict(request.env), timeout_seconds * 1000)
+        reply = await handle.started
+        if reply.get("ok") is False:
+            error = reply["error"]
+            if self.recorder is not None and session.decision_id:
+                await self.recorder.complete(session.decision_id, status="error", exit_code=None)
+            raise ExecRefused("start", f"the command could not start: {error['code']}: {error['message']}")
+        self.execs.add(session)
+        self.execs_total += 1
+        return handle
+
+    async def complete_exec(self, session: ExecSession, **fields: Any) -> None:
+        if self.recorder is not None and session.decision_id:
+            await self.recorder.complete(session.decision_id, **fields)
+
+    def exec_done(self, session: ExecSession) -> None:
+        self.execs.discard(session)
+
+    # ---- patch -------------------------------------------------------------------------
+    async def live_patch(self) -> tuple[bytes, list[dict[str, Any]]]:
+        if self.link is None or self.state not in ("running", "held"):
+            raise BoxOperationError(409, "box_not_running", "the box is not running; its saved patch is shown")
+        reply = await self.link.request("diff", data_limit=limits.PATCH_SIZE.default)
+        if reply.get("ok") is False:
+            raise BoxOperationError(502, "guest_error", f"the guest could not make the patch: {reply['error']}")
+        return reply["_data"], reply["files"]
+
+    def saved_patch(self) -> tuple[bytes, list[dict[str, Any]]] | None:
+        try:
+            patch = (self.state_dir / "patch.diff").read_bytes()
+            summary = json.loads((self.state_dir / "patch-summary.json").read_text())
+        except OSError:
+            return None
+        return patch, summary["files"]
+
+    async def _save_patch(self) -> None:
+        try:
+            patch, files = await asyncio.wait_for(self.live_patch(), 60)
+        except (GuestFailure, BoxOperationError, TimeoutError) as exc:
+            self.emit("gap", {"kind": "patch", "reason": f"the patch could not be read: {exc}"})
+            return
+        write_atomically(self.state_dir / "patch.diff", patch)
+        summary = {"files": files, "size": len(patch)}
+        write_atomically(self.state_dir / "patch-summary.json", json.dumps(summary, indent=1).encode())
+        self.emit("patch.saved", {"files": len(files), "size": len(patch)})
+
+    # ---- stopping ----------------------------------------------------------------------
+    async def stop(self, reason: str, *, save_patch: bool = True, final_state: str = "stopped") -> None:
+        """Save the patch (when asked and possible), stop every process, end the box. The run stays open."""
+        async with self._stop_lock:
+            if self.state in ("stopped", "failed", "removed"):
+                return
+            was_live = self.state in ("running", "held")
+            if self.state == "held" and self.process is not None:
+                await self.process.resume()
+            self.state = "stopping"
+            if save_patch and was_live:
+                await self._save_patch()
+            if self.link is not None and self.link.failure is None:
+                with contextlib.suppress(GuestFailure, TimeoutError):
+                    await asyncio.wait_for(self.link.request("shutdown"), SHUTDOWN_GRACE)
+            await self._end_process()
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+            self.set_state(final_state, reason)
+
+    async def _end_process(self) -> None:
+        if self.link is not None:
+            await self.link.close()
+        if self.process is not None:
+            self.process.kill()
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(self.process.wait(), 30)
+
+    async def fail(self, reason: str) -> None:
+        """The box cannot go on: stop it at once (no patch from a failing box) and close its run."""
+        await self.stop(reason, save_patch=False, final_state="failed")
+        await self.close_run(reason)
+
+    async def close_run(self, reason: str) -> None:
+        if self.recorder is not None and not self.recorder.closed:
+            try:
+                await self.recorder.close(reason)
+            except Exception as exc:  # the close itself could not be recorded: say so
+                self.emit("gap", {"kind": "close_run", "reason": str(exc)})
+
+    async def remove(self) -> None:
+        await self.stop("removed", save_patch=self.state in ("running", "held"))
+        await self.close_run("box removed")
+        self.manager.events.detach_box(self.id)
+        for name in ("base", "upper", "work", "etc", "backend"):
+            await asyncio.to_thread(shutil.rmtree, self.state_dir / name, True)
+        shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        self.set_state("removed")
+
+    async def _stop_for_loss(self, reason: str) -> None:
+        spawn(self.stop(reason), name=f"box-stop-{self.id}")
+
+    def _guest_failed(self, reason: str) -> None:
+        if self.state in ("stopping", "stopped", "failed", "removed"):
+            return
+        self.emit("guest.protocol_error", {"reason": reason})
+        spawn(self.fail(f"guest agent: {reason}"), name=f"box-fail-{self.id}")
+
+    # ---- background watchers -----------------------------------------------------------
+    async def _watch_process(self) -> None:
+        assert self.process is not None
+        code = await self.process.wait()
+        if self.state in ("running", "held"):
+            await self.fail(f"the box's init process ended (exit {code})")
+
+    async def _lifetime(self) -> None:
+        await asyncio.sleep(self.settings.limit("lifetime"))
+        if self.state in ("running", "held"):
+            await self.stop(limits.BOX_LIFETIME.refusal("the box's lifetime is over"))
+
+    async def _poll_containment(self) -> None:
+        assert self.recorder is not None
+        while self.state in ("running", "held"):
+            early = time.monotonic() - self._started_monotonic < EARLY_POLL_PERIOD
+            period = limits.CONTAINMENT_POLL_EARLY.default if early else limits.CONTAINMENT_POLL_LATER.default
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._poll_now.wait(), period)
+            self._poll_now.clear()
+            try:
+                state = (await self.recorder.containment())["state"]
+            except Exception as exc:
+                self.emit("signer.unavailable", {"door": "containment", "reason": str(exc)})
+                continue
+            await self.apply_containment(state)
+
+    async def apply_containment(self, state: str) -> None:
+        if state == "held" and self.state == "running" and self.process is not None:
+            await self.process.pause()
+            self.emit("containment.changed", {"state": "held"})
+            self.set_state("held", "held by the signer's containment state")
+        elif state == "active" and self.state == "held" and self.process is not None:
+            await self.process.resume()
+            self.emit("containment.changed", {"state": "active"})
+            self.state = "running"
+            self.emit("box.released", {})
+        elif state == "quarantined" and self.state in ("running", "held"):
+            self.emit("containment.changed", {"state": "quarantined"})
+            await self.fail("quarantined by the signer's containment state")

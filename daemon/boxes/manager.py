@@ -1,0 +1,130 @@
+"""All boxes of one daemon: create within limits, look up by id or name, stop, remove, diff, shut down."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+from pathlib import Path
+from typing import Any
+
+from .. import limits
+from ..api.errors import ApiError, not_found
+from ..box.backend import BoxBackend, BoxError
+from ..box.uids import UidAllocator, UidsExhausted
+from ..config import DaemonConfig
+from ..doors.commands import ExecRefused
+from ..events import EventBus
+from ..signer_link import AsyncSignerClient, SignerCallError
+from ..wire import BoxInfo
+from .box import Box, BoxOperationError
+from .channels import ChannelError
+from .guest_link import GuestFailure
+from .settings import SettingsError, parse_settings
+
+GUEST_DIR = Path(__file__).resolve().parents[2] / "guest"
+LIVE_STATES = ("creating", "running", "held", "stopping")
+
+
+class BoxManager:
+    def __init__(self, config: DaemonConfig, events: EventBus, signer: AsyncSignerClient | None,
+                 backend: BoxBackend, *, guest_dir: Path = GUEST_DIR) -> None:
+        self.config = config
+        self.events = events
+        self.signer = signer
+        self.backend = backend
+        self.guest_dir = guest_dir
+        self.boxes: dict[str, Box] = {}
+        self.uids = UidAllocator(config.paths.state_dir / "uids")
+
+    def health(self) -> dict[str, Any]:
+        return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
+                "boxes": len([b for b in self.boxes.values() if b.state in LIVE_STATES]),
+                "max_boxes": self.config.max_boxes, "last_seq": self.events.last_seq}
+
+    def list(self) -> list[BoxInfo]:
+        return [box.info() for box in self.boxes.values() if box.state != "removed"]
+
+    def get(self, ref: str) -> Box:
+        box = self.boxes.get(ref)
+        if box is None or box.state == "removed":
+            matches = [b for b in self.boxes.values() if b.settings.name == ref and b.state != "removed"]
+            if not matches:
+                raise not_found(f"box {ref!r}")
+            box = matches[0]
+        return box
+
+    def resolve_id(self, ref: str) -> str:
+        return self.get(ref).id
+
+    async def create(self, raw: dict[str, Any]) -> BoxInfo:
+        try:
+            settings = parse_settings(raw, default_name=f"box-{secrets.token_hex(3)}")
+        except SettingsError as error:
+            raise ApiError(400, "invalid_settings", str(error), field=error.field) from None
+        if any(b.settings.name == settings.name and b.state != "removed" for b in self.boxes.values()):
+            raise ApiError(409, "name_taken", f"a box named {settings.name} exists; choose another name or remove it")
+        live = [b for b in self.boxes.values() if b.state in LIVE_STATES]
+        if len(live) >= self.config.max_boxes:
+            raise ApiError(429, "limit", limits.BOXES_PER_DAEMON.refusal(f"{len(live)} boxes alive"))
+        box_id = secrets.token_hex(6)
+        try:
+            uid = self.uids.allocate(box_id)
+        except UidsExhausted as exc:
+            raise ApiError(503, "no_uid", str(exc)) from None
+        box = Box(self, box_id, settings, uid)
+        self.boxes[box_id] = box
+        try:
+            await box.create(self.backend)
+        except SignerCallError as exc:
+            await self._abandon(box, f"the signer did not register the box's run: {exc.message}")
+            raise ApiError(503, "signer_unavailable", f"{exc.message}", box_id=box_id) from None
+        except (BoxError, ChannelError, GuestFailure, OSError, ValueError, TimeoutError) as exc:
+            await self._abandon(box, f"the box did not start: {exc}")
+            raise ApiError(500, "box_failed", f"the box did not start: {exc}", box_id=box_id) from None
+        return box.info()
+
+    async def _abandon(self, box: Box, reason: str) -> None:
+        await box.fail(reason)
+        self.uids.release(box.uid, box.id)
+
+    async def stop(self, ref: str, *, reason: str) -> BoxInfo:
+        box = self.get(ref)
+        await box.stop(reason)
+        return box.info()
+
+    async def remove(self, ref: str) -> BoxInfo:
+        box = self.get(ref)
+        await box.remove()
+        self.uids.release(box.uid, box.id)
+        return box.info()
+
+    async def diff(self, ref: str) -> tuple[bytes, list[dict[str, Any]], str]:
+        box = self.get(ref)
+        if box.state in ("running", "held"):
+            try:
+                patch, files = await box.live_patch()
+                return patch, files, "live"
+            except (GuestFailure, BoxOperationError) as exc:
+                raise ApiError(502, "diff_failed", f"the live patch could not be read: {exc}") from None
+        saved = box.saved_patch()
+        if saved is None:
+            raise ApiError(404, "no_patch", f"box {box.settings.name} has no saved patch (it was {box.state} "
+                                            "before one was saved)")
+        return saved[0], saved[1], "saved"
+
+    async def shutdown(self) -> None:
+        """Stop every box and close every run; events are written as they happen, so none is lost."""
+        live = [box for box in self.boxes.values() if box.state not in ("removed",)]
+        await asyncio.gather(*(self._shutdown_box(box) for box in live), return_exceptions=True)
+
+    async def _shutdown_box(self, box: Box) -> None:
+        await box.stop("the daemon is shutting down")
+        await box.close_run("daemon shutdown")
+
+
+def translate(exc: Exception) -> ApiError:
+    if isinstance(exc, ExecRefused):
+        return ApiError(400, "exec_refused", str(exc), rule=exc.rule)
+    if isinstance(exc, BoxOperationError):
+        return ApiError(exc.status, exc.code, str(exc))
+    raise exc

@@ -1,0 +1,147 @@
+"""``tkbox daemon``: run the daemon in the foreground until SIGTERM or SIGINT.
+
+It refuses to start without a signer that answers (unless ``--unrecorded``), before it
+does anything else.  One daemon per runtime directory (``daemon.lock``).  The API is
+served on a Unix socket that only the daemon's user and root can open.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import ctypes
+import fcntl
+import logging
+import os
+import signal
+import sys
+
+from aiohttp import web
+
+from .api.app import create_app
+from .box.backend import BoxBackend
+from .config import DaemonConfig, DaemonPaths
+from .limits import BOXES_PER_DAEMON
+from .signer.paths import PathError, SignerPaths
+from .signer_link import AsyncSignerClient, SignerCallError
+
+log = logging.getLogger("tkbox.daemon")
+PR_SET_CHILD_SUBREAPER = 36
+
+
+class DaemonStartError(RuntimeError):
+    """The daemon cannot start; the message says why and what to do."""
+
+
+def select_backend(name: str) -> BoxBackend:
+    """The box backend by name; ``auto`` is bubblewrap when present, else the built-in namespace launcher."""
+    import shutil
+
+    from .box.bwrap import BwrapBackend
+    from .box.nslauncher import NsBackend
+
+    if name == "fake":
+        from .box.fake import FakeBackend
+
+        return FakeBackend()
+    if name == "bwrap" or (name == "auto" and shutil.which("bwrap")):
+        if not shutil.which("bwrap"):
+            raise DaemonStartError("bubblewrap is not installed: run scripts/setup.sh (or apt-get install bubblewrap)")
+        return BwrapBackend()
+    if name in ("ns", "auto"):
+        return NsBackend()
+    raise DaemonStartError(f"unknown backend {name!r}; choose auto, bwrap or ns")
+
+
+async def check_signer(config: DaemonConfig) -> dict[str, object]:
+    client = AsyncSignerClient(config.signer.socket)
+    try:
+        return await client.call("hello")
+    except SignerCallError as exc:
+        raise DaemonStartError(
+            f"no signer answers at {config.signer.socket} ({exc.message}).\n"
+            "Start one first with:  tkbox signer up\n"
+            "or run without any record (not recommended) with:  tkbox daemon --unrecorded"
+        ) from None
+    finally:
+        await client.close()
+
+
+def _take_lock(paths: DaemonPaths) -> int:
+    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise DaemonStartError(f"a daemon is already running on {paths.runtime_dir}; stop it with: tkbox down") from None
+    return fd
+
+
+async def serve(config: DaemonConfig, backend: BoxBackend) -> None:
+    if not config.unrecorded:
+        await check_signer(config)
+    else:
+        log.warning("UNRECORDED: no signer decides or records anything this daemon does")
+    config.paths.ensure()
+    lock_fd = _take_lock(config.paths)
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    app = create_app(config, backend)
+    runner = web.AppRunner(app, handle_signals=False)
+    await runner.setup()
+    socket_path = config.paths.api_socket
+    socket_path.unlink(missing_ok=True)
+    old_umask = os.umask(0o177)
+    try:
+        site = web.UnixSite(runner, str(socket_path))
+        await site.start()
+    finally:
+        os.umask(old_umask)
+    os.chmod(socket_path, 0o600)
+    config.paths.pid_file.write_text(f"{os.getpid()}\n")
+    log.info("daemon %s serving on %s (backend %s, %s)", os.getpid(), socket_path, backend.name,
+             "UNRECORDED" if config.unrecorded else f"signer {config.signer.socket}")
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("daemon stopping: stopping every box and closing every run")
+        await runner.cleanup()
+        socket_path.unlink(missing_ok=True)
+        config.paths.pid_file.unlink(missing_ok=True)
+        os.close(lock_fd)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tkbox daemon", description="Run the tkbox daemon in the foreground.")
+    parser.add_argument("--unrecorded", action="store_true",
+                        help="start without a signer: nothing is decided or recorded (warns on every command)")
+    parser.add_argument("--max-boxes", type=int, default=BOXES_PER_DAEMON.default,
+                        help=f"boxes alive at once (default {BOXES_PER_DAEMON.default})")
+    parser.add_argument("--backend", default="auto", choices=("auto", "bwrap", "ns"),
+                        help="how boxes are isolated (default: bwrap when installed, else ns)")
+    return parser
+
+
+def daemon_main(argv: list[str]) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s daemon %(levelname)s %(message)s", stream=sys.stderr)
+    if args.max_boxes < 1:
+        print("tkbox daemon: --max-boxes must be at least 1", file=sys.stderr)
+        return 2
+    try:
+        config = DaemonConfig(DaemonPaths.from_env(), SignerPaths.from_env(), unrecorded=args.unrecorded,
+                              max_boxes=args.max_boxes, backend=args.backend)
+        backend = select_backend(args.backend)
+        asyncio.run(serve(config, backend))
+    except (DaemonStartError, PathError) as exc:
+        print(f"tkbox daemon: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(daemon_main(sys.argv[1:]))

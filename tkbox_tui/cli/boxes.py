@@ -1,0 +1,278 @@
+"""``tkbox run | exec | ls | stop | rm | diff | events``: boxes from the command line, through the daemon's API."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from tkbox_daemon.tasks import spawn
+from tkbox_daemon.wire import BoxInfo
+
+from ..client import DaemonClient, DaemonError
+
+EXIT_DENIED = 126
+
+
+def _fail(error: DaemonError, command: str) -> int:
+    detail = f" (field {error.extra['field']})" if "field" in error.extra and error.extra["field"] not in error.message else ""
+    print(f"tkbox {command}: {error.message}{detail}", file=sys.stderr)
+    return 2
+
+
+def _print_box(info: BoxInfo, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(info.to_json(), indent=2, sort_keys=True))
+        return
+    print(f"{info.name}  id {info.id}  {info.state}{' (' + info.reason + ')' if info.reason else ''}\n"
+          f"  run {info.run_id or 'UNRECORDED'}  backend {info.backend}  workspace {info.workspace}")
+
+
+def _run_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="tkbox run", description="Create and start a box on a workspace.")
+    parser.add_argument("--name", help="the box's name (default: from tkbox.yaml or generated)")
+    parser.add_argument("--workspace", help="the checkout to work on (default: tkbox.yaml's, else .)")
+    parser.add_argument("--image", help="host (default) or dir:PATH, a prepared root directory")
+    parser.add_argument("--allow", action="append", default=None, help="allow egress to HOST (repeatable)")
+    parser.add_argument("--secret", action="append", default=None,
+                        help="NAME=env:VARIABLE@host[,host] (repeatable); the box sees only a placeholder")
+    parser.add_argument("--task", help="the operator's task for this box (recorded as tkbox.task)")
+    parser.add_argument("--config", type=Path, help="settings file (default: ./tkbox.yaml when present)")
+    for key, text in (("memory", "memory, e.g. 2G"), ("cpus", "CPUs"), ("pids", "processes"),
+                      ("lifetime", "lifetime in seconds"), ("exec-timeout", "per-command timeout in seconds")):
+        parser.add_argument(f"--{key}", help=f"limit: {text}")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    return parser
+
+
+def build_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """tkbox.yaml first, then flags over it (flags win)."""
+    from tkbox_daemon.boxes.settings import SettingsError, load_tkbox_yaml
+
+    settings: dict[str, Any] = {}
+    config = args.config or (Path("tkbox.yaml") if Path("tkbox.yaml").exists() else None)
+    if config is not None:
+        try:
+            settings = load_tkbox_yaml(config)
+        except (SettingsError, OSError) as exc:
+            raise SystemExit(f"tkbox run: {exc}") from None
+        if "workspace" in settings and not os.path.isabs(str(settings["workspace"])):
+            settings["workspace"] = str((config.parent / str(settings["workspace"])).resolve())
+    for key in ("name", "image", "task"):
+        if getattr(args, key):
+            settings[key] = getattr(args, key)
+    settings["workspace"] = str(Path(args.workspace or settings.get("workspace") or ".").resolve())
+    if args.allow:
+        settings["allow"] = args.allow
+    if args.secret:
+        settings["secrets"] = args.secret
+    box_limits = dict(settings.get("limits") or {})
+    for flag, key in (("memory", "memory"), ("cpus", "cpus"), ("pids", "pids"), ("lifetime", "lifetime"),
+                      ("exec_timeout", "exec_timeout")):
+        value = getattr(args, flag)
+        if value is not None:
+            box_limits[key] = int(value) if value.isdigit() else value
+    if box_limits:
+        settings["limits"] = box_limits
+    return settings
+
+
+async def _run(argv: list[str]) -> int:
+    args = _run_parser().parse_args(argv)
+    async with DaemonClient() as client:
+        try:
+            info = await client.create_box(build_settings(args))
+        except DaemonError as error:
+            return _fail(error, "run")
+    _print_box(info, args.json)
+    return 0
+
+
+async def _exec(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tkbox exec", description="Run a command in a box (decided first).",
+                                     usage="tkbox exec [options] BOX -- PROGRAM [ARGS…]")
+    parser.add_argument("box")
+    parser.add_argument("--cwd", default="/workspace", help="working directory in the box (default /workspace)")
+    parser.add_argument("-e", "--env", action="append", default=[], help="K=V for this command (repeatable)")
+    parser.add_argument("--stdin", choices=("auto", "none", "stream"), default="auto",
+                        help="auto: stream when stdin is not a terminal; none: no stdin")
+    parser.add_argument("--timeout", type=int, help="seconds before the command is killed")
+    if "--" not in argv:
+        parser.print_usage(sys.stderr)
+        print("tkbox exec: put -- before the command, e.g. tkbox exec mybox -- make test", file=sys.stderr)
+        return 2
+    split = argv.index("--")
+    args = parser.parse_args(argv[:split])
+    command = argv[split + 1:]
+    env = {}
+    for item in args.env:
+        name, sep, value = item.partition("=")
+        if not sep:
+            print(f"tkbox exec: --env takes K=V, not {item!r}", file=sys.stderr)
+            return 2
+        env[name] = value
+    stream = args.stdin == "stream" or (args.stdin == "auto" and not sys.stdin.isatty())
+    async with DaemonClient() as client:
+        call = client.exec(args.box)
+        try:
+            await call.start(command, cwd=args.cwd, env=env, stream_stdin=stream, timeout=args.timeout)
+        except DaemonError as error:
+            return _fail(error, "exec")
+        return await _drive_exec(call, stream)
+
+
+async def _drive_exec(call: Any, stream: bool) -> int:
+    loop = asyncio.get_running_loop()
+    interrupts = 0
+
+    def on_interrupt() -> None:
+        nonlocal interrupts
+        interrupts += 1
+        spawn(call.signal("INT" if interrupts == 1 else "KILL"), name="exec-interrupt")
+
+    loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    feeder = None
+    try:
+        async for message in call.messages():
+            if isinstance(message, tuple):
+                stream_no, data = message
+                target = sys.stdout.buffer if stream_no == 1 else sys.stderr.buffer
+                target.write(data)
+                target.flush()
+                continue
+            kind = message.get("type")
+            if kind == "decision" and message.get("verdict") == "flag":
+                print(f"tkbox: flagged by {', '.join(message['rule_ids'])}: {message['reason']}", file=sys.stderr)
+            elif kind == "decision" and "TK-UNRECORDED" in message.get("rule_ids", []):
+                print("tkbox: WARNING: UNRECORDED — this daemon has no signer; nothing is decided or recorded",
+                      file=sys.stderr)
+            elif kind == "started" and stream:
+                feeder = spawn(_feed_stdin(call), name="exec-stdin")
+            elif kind == "denied":
+                hint = f"\n  hint: {message['hint']}" if message.get("hint") else ""
+                print(f"tkbox: denied by {', '.join(message['rule_ids'])}: {message['reason']}{hint}",
+                      file=sys.stderr)
+                return EXIT_DENIED
+            elif kind == "error":
+                print(f"tkbox exec: {message['message']}", file=sys.stderr)
+                return EXIT_DENIED if message.get("code") == "exec_refused" else 2
+            elif kind == "exit":
+                if message.get("error"):
+                    print(f"tkbox exec: {message['error']}", file=sys.stderr)
+                    return 2
+                return int(message["exit_code"])
+        print("tkbox exec: the daemon closed the connection before the command ended", file=sys.stderr)
+        return 2
+    finally:
+        loop.remove_signal_handler(signal.SIGINT)
+        if feeder is not None:
+            feeder.cancel()
+        await call.close()
+
+
+async def _feed_stdin(call: Any) -> None:
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
+    while chunk := await reader.read(64 * 1024):
+        await call.send_stdin(chunk)
+    await call.close_stdin()
+
+
+async def _ls(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tkbox ls", description="List boxes.")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    async with DaemonClient() as client:
+        try:
+            boxes = await client.boxes()
+        except DaemonError as error:
+            return _fail(error, "ls")
+    if args.json:
+        print(json.dumps([b.to_json() for b in boxes], indent=2, sort_keys=True))
+        return 0
+    print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7}  {'RUN':<28} WORKSPACE")
+    for box in boxes:
+        print(f"{box.name:<20} {box.id:<13} {box.state:<9} {box.execs_running:>3}/{box.execs_total:<3}  "
+              f"{box.run_id or 'UNRECORDED':<28} {box.workspace}")
+    return 0
+
+
+async def _one_box(argv: list[str], command: str, description: str) -> int:
+    parser = argparse.ArgumentParser(prog=f"tkbox {command}", description=description)
+    parser.add_argument("box")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    args = parser.parse_args(argv)
+    async with DaemonClient() as client:
+        try:
+            info = await (client.stop_box(args.box) if command == "stop" else client.remove_box(args.box))
+        except DaemonError as error:
+            return _fail(error, command)
+    _print_box(info, args.json)
+    return 0
+
+
+async def _diff(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tkbox diff", description="Print a box's changes as a git-format patch "
+                                                                   "(live while running, saved once stopped).")
+    parser.add_argument("box")
+    parser.add_argument("--json", action="store_true", help="print JSON with the file summary")
+    args = parser.parse_args(argv)
+    async with DaemonClient() as client:
+        try:
+            reply = await client.diff(args.box)
+        except DaemonError as error:
+            return _fail(error, "diff")
+    if args.json:
+        print(json.dumps(reply, indent=2, sort_keys=True))
+    else:
+        sys.stdout.write(reply["patch"])
+    return 0
+
+
+async def _events(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="tkbox events", description="Print the daemon's events.")
+    parser.add_argument("box", nargs="?", help="only this box's events")
+    parser.add_argument("--follow", "-f", action="store_true", help="keep printing new events")
+    parser.add_argument("--after", type=int, default=0, help="only events after this sequence number")
+    parser.add_argument("--json", action="store_true", help="one JSON object per line")
+    args = parser.parse_args(argv)
+
+    def show(event: Any) -> None:
+        if args.json:
+            print(json.dumps(event.to_json(), sort_keys=True), flush=True)
+        else:
+            data = " ".join(f"{k}={json.dumps(v)}" for k, v in event.data.items())
+            print(f"{event.seq:>6} {event.time} {event.box_id or '-':<12} {event.kind:<20} {data}", flush=True)
+
+    async with DaemonClient() as client:
+        try:
+            if not args.follow:
+                for event in await client.stored_events(args.after, args.box):
+                    show(event)
+                return 0
+            async for event in client.events(args.after, args.box):
+                show(event)
+        except DaemonError as error:
+            return _fail(error, "events")
+    return 0
+
+
+COMMANDS = {
+    "run": _run,
+    "exec": _exec,
+    "ls": _ls,
+    "stop": lambda argv: _one_box(argv, "stop", "Stop a box: save its patch; its run stays open."),
+    "rm": lambda argv: _one_box(argv, "rm", "Remove a box: stop it if needed and close its run."),
+    "diff": _diff,
+    "events": _events,
+}
+
+
+def box_command(name: str, argv: list[str]) -> int:
+    return asyncio.run(COMMANDS[name](argv))

@@ -1,0 +1,185 @@
+"""The only code on the operator side that speaks to the daemon: typed calls over its Unix socket, and the event stream.
+
+Used by the CLI and (through the same methods) by the console.  Errors from the daemon
+arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``DaemonUnreachable``.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+
+from tkbox_daemon.wire import API_VERSION, BoxInfo, Event, daemon_runtime_dir
+
+
+class DaemonError(RuntimeError):
+    def __init__(self, code: str, message: str, status: int = 0, **extra: Any) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+        self.extra = extra
+
+
+class DaemonUnreachable(DaemonError):
+    def __init__(self, message: str) -> None:
+        super().__init__("unreachable", message)
+
+
+def default_socket() -> Path:
+    return Path(daemon_runtime_dir()) / "api.sock"
+
+
+class DaemonClient:
+    def __init__(self, socket_path: Path | None = None) -> None:
+        self.socket_path = Path(socket_path or default_socket())
+        self._session: aiohttp.ClientSession | None = None
+
+    async def __aenter__(self) -> DaemonClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    def _http(self) -> aiohttp.ClientSession:
+        if self._session is None or self._session.closed:
+            connector = aiohttp.UnixConnector(path=str(self.socket_path))
+            self._session = aiohttp.ClientSession(connector=connector, base_url="http://tkbox",
+                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
+        return self._session
+
+    async def close(self) -> None:
+        if self._session is not None:
+            await self._session.close()
+
+    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
+        try:
+            async with self._http().request(method, f"/{API_VERSION}{path}", **kwargs) as response:
+                body = await response.read()
+                if response.status >= 400:
+                    raise _error_from(response.status, body)
+                if response.content_type == "application/json":
+                    return json.loads(body)
+                return body, dict(response.headers)
+        except aiohttp.ClientConnectorError as exc:
+            raise DaemonUnreachable(
+                f"no daemon answers at {self.socket_path} ({exc.os_error.strerror if exc.os_error else exc}); "
+                "start it with: tkbox up (or tkbox daemon)"
+            ) from None
+
+    async def health(self) -> dict[str, Any]:
+        return await self._request("GET", "/health")
+
+    async def boxes(self) -> list[BoxInfo]:
+        reply = await self._request("GET", "/boxes")
+        return [BoxInfo.from_json(item) for item in reply["boxes"]]
+
+    async def box(self, ref: str) -> BoxInfo:
+        return BoxInfo.from_json(await self._request("GET", f"/boxes/{ref}"))
+
+    async def create_box(self, settings: dict[str, Any]) -> BoxInfo:
+        return BoxInfo.from_json(await self._request("POST", "/boxes", json=settings))
+
+    async def stop_box(self, ref: str) -> BoxInfo:
+        return BoxInfo.from_json(await self._request("POST", f"/boxes/{ref}/stop"))
+
+    async def remove_box(self, ref: str) -> BoxInfo:
+        return BoxInfo.from_json(await self._request("DELETE", f"/boxes/{ref}"))
+
+    async def diff(self, ref: str) -> dict[str, Any]:
+        return await self._request("GET", f"/boxes/{ref}/diff", params={"format": "json"})
+
+    async def stored_events(self, after: int = 0, box: str | None = None) -> list[Event]:
+        params = {"after": str(after), "follow": "0", **({"box": box} if box else {})}
+        reply = await self._request("GET", "/events", params=params)
+        return [Event.from_json(item) for item in reply["events"]]
+
+    async def events(self, after: int = 0, box: str | None = None) -> AsyncIterator[Event]:
+        """Live events after ``after``; ends when the daemon closes the stream (the caller resumes from the last)."""
+        params = {"after": str(after), **({"box": box} if box else {})}
+        try:
+            async with self._http().get(f"/{API_VERSION}/events", params=params) as response:
+                if response.status >= 400:
+                    raise _error_from(response.status, await response.read())
+                data_lines: list[str] = []
+                async for raw in response.content:
+                    line = raw.decode("utf-8").rstrip("\n")
+                    if line.startswith("data: "):
+                        data_lines.append(line[6:])
+                    elif not line and data_lines:
+                        yield Event.from_json(json.loads("\n".join(data_lines)))
+                        data_lines = []
+        except aiohttp.ClientConnectorError as exc:
+            raise DaemonUnreachable(f"no daemon answers at {self.socket_path}: {exc}") from None
+        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
+            return
+
+    def exec(self, ref: str) -> ExecCall:
+        return ExecCall(self, ref)
+
+
+class ExecCall:
+    """One exec over the daemon's WebSocket: send the start, stream stdin, read decision, output and exit."""
+
+    def __init__(self, client: DaemonClient, ref: str) -> None:
+        self.client = client
+        self.ref = ref
+        self.ws: aiohttp.ClientWebSocketResponse | None = None
+
+    async def start(self, argv: list[str], *, cwd: str = "/workspace", env: dict[str, str] | None = None,
+                    stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None) -> None:
+        try:
+            self.ws = await self.client._http().ws_connect(f"/{API_VERSION}/boxes/{self.ref}/exec",
+                                                          max_msg_size=4 << 20)
+        except aiohttp.WSServerHandshakeError as exc:
+            raise DaemonError("not_found" if exc.status == 404 else "exec_failed",
+                              f"the daemon refused the exec ({exc.status}): box {self.ref!r} not found?") from None
+        except aiohttp.ClientConnectorError as exc:
+            raise DaemonUnreachable(f"no daemon answers at {self.client.socket_path}: {exc}") from None
+        message: dict[str, Any] = {"type": "start", "argv": argv, "cwd": cwd, "env": env or {},
+                                   "stdin": "stream" if stream_stdin else ("upfront" if stdin is not None else "none")}
+        if stdin is not None:
+            message["stdin_data"] = base64.b64encode(stdin).decode()
+        if timeout:
+            message["timeout"] = timeout
+        await self.ws.send_json(message)
+
+    async def send_stdin(self, data: bytes) -> None:
+        assert self.ws is not None
+        await self.ws.send_bytes(data)
+
+    async def close_stdin(self) -> None:
+        assert self.ws is not None
+        await self.ws.send_json({"type": "stdin_eof"})
+
+    async def signal(self, name: str) -> None:
+        assert self.ws is not None
+        await self.ws.send_json({"type": "signal", "signal": name})
+
+    async def messages(self) -> AsyncIterator[dict[str, Any] | tuple[int, bytes]]:
+        assert self.ws is not None
+        async for message in self.ws:
+            if message.type == aiohttp.WSMsgType.TEXT:
+                yield json.loads(message.data)
+            elif message.type == aiohttp.WSMsgType.BINARY:
+                yield message.data[0], message.data[1:]
+            else:
+                break
+
+    async def close(self) -> None:
+        if self.ws is not None:
+            await self.ws.close()
+
+
+def _error_from(status: int, body: bytes) -> DaemonError:
+    try:
+        error = json.loads(body)["error"]
+        extra = {k: v for k, v in error.items() if k not in ("code", "message")}
+        return DaemonError(error["code"], error["message"], status, **extra)
+    except (ValueError, KeyError, TypeError):
+        return DaemonError("http_error", f"the daemon answered {status}: {body[:200]!r}", status)
