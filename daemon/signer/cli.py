@@ -62,7 +62,7 @@ def signer_main(argv: list[str]) -> int:
             from .export import write_trust
 
             info = write_trust(paths, args.output)
-            _print(info, args.json, f"wrote {args.output} (log key {info['log_vkey'].split('+')[0]})")
+            _print(info, args.json, f"wrote {args.output} (log key {info['log_vkeys'][0].split('+')[0]})")
             return 0
         if args.command == "export":
             from .export import ExportError, export_run

@@ -6,7 +6,6 @@ covered by the newest checkpoint are read, so a concurrent writer cannot tear th
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 
@@ -68,5 +67,5 @@ def write_trust(paths: SignerPaths, output: Path) -> dict[str, Any]:
     paths.ensure()
     keys = load_or_create(paths.keys_dir)
     document = trust_file.build_trust(record_key=keys.record_key.public_key(), log_vkey=keys.log_vkey)
-    output.write_text(json.dumps(document, indent=2, sort_keys=True) + "\n")
+    trust_file.write_trust(output, document)
     return document

@@ -23,7 +23,7 @@ from ..policy import PolicyPack, evaluate
 from . import commitments, runtoken
 from .keys import SignerKeys
 from .rpc_schema import RPC_VERSION, SchemaError, error, validate
-from .state import DecisionState, RunBook, RunState, StoredReply, reply_from_record
+from .state import RunBook, RunState, StoredReply, reply_from_record
 from .store import LogStore, StoreUnavailable
 
 VERSION = "0.1.0"
@@ -97,8 +97,9 @@ class SignerService:
             return
 
     def _epoch_data(self) -> dict[str, Any]:
-        from ..evidence.records import public_raw
         import base64
+
+        from ..evidence.records import public_raw
 
         public = base64.b64encode(public_raw(self.keys.record_key.public_key())).decode()
         return {
