@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
+from tkbox_daemon.signer.paths import SignerPaths
+
 
 def machine() -> str:
     model = "unknown CPU"
@@ -31,7 +33,7 @@ def median_ms(samples: list[float]) -> float:
 
 
 @contextmanager
-def signer_process() -> Iterator["SignerPaths"]:
+def signer_process() -> Iterator[SignerPaths]:
     """A real signer in its own temporary directories; yields its paths."""
     base = Path(tempfile.mkdtemp(prefix="tkbench-"))
     data = base / "data"
@@ -53,8 +55,6 @@ def signer_process() -> Iterator["SignerPaths"]:
             if process.poll() is not None or time.monotonic() > deadline:
                 raise RuntimeError("signer did not start: " + process.stderr.read().decode()) from None
             time.sleep(0.02)
-    from tkbox_daemon.signer.paths import SignerPaths
-
     try:
         yield SignerPaths(data, runtime)
     finally:

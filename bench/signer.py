@@ -24,6 +24,7 @@ from tkbox_daemon.signer.client import SignerClient, new_request_id  # noqa: E40
 from tkbox_daemon.signer.paths import SignerPaths  # noqa: E402
 
 WINDOW = 64
+RUN_SIZE = 2000  # decisions per run, below the signer's 4,096 pending decisions per run
 
 
 def _echo_server(path: str, ready: threading.Event) -> None:
@@ -73,25 +74,35 @@ def decide_latency(socket_path: Path, samples: int) -> float:
 
 
 def _client_worker(socket_path: str, count: int, barrier: multiprocessing.Barrier, result: multiprocessing.Queue) -> None:
-    with SignerClient(socket_path) as client:
-        run = client.call("register_run", request_id=new_request_id(), agent={"name": "bench"})
-        token = {"run_id": run["run_id"], "run_token": run["run_token"]}
-        barrier.wait()
-        done = 0
-        while done < count:
-            batch = min(WINDOW, count - done)
-            replies = client.pipeline([
-                {"method": "decide", "request_id": new_request_id(), **token, "tool": "Bash",
-                 "args": {"command": f"pytest -q tests/test_{done + i}.py"}}
-                for i in range(batch)
-            ])
-            assert all("decision_id" in reply for reply in replies), replies[0]
-            done += batch
-    result.put(done)
+    try:
+        with SignerClient(socket_path) as client:
+            runs = [_register(client) for _ in range(count // RUN_SIZE + 1)]
+            barrier.wait()
+            done = 0
+            while done < count:
+                token = runs[done // RUN_SIZE]
+                batch = min(WINDOW, count - done, RUN_SIZE - done % RUN_SIZE)
+                replies = client.pipeline([
+                    {"method": "decide", "request_id": new_request_id(), **token, "tool": "Bash",
+                     "args": {"command": f"pytest -q tests/test_{done + i}.py"}}
+                    for i in range(batch)
+                ])
+                failed = [reply for reply in replies if "decision_id" not in reply]
+                if failed:
+                    raise RuntimeError(f"the signer refused a decision: {failed[0]}")
+                done += batch
+        result.put(done)
+    except BaseException as exc:  # the parent must hear about it instead of waiting forever
+        result.put(exc)
+
+
+def _register(client: SignerClient) -> dict[str, str]:
+    run = client.call("register_run", request_id=new_request_id(), agent={"name": "bench"})
+    return {"run_id": run["run_id"], "run_token": run["run_token"]}
 
 
 def durable_throughput(socket_path: Path, total: int, clients: int) -> float:
-    barrier = multiprocessing.Barrier(clients + 1)
+    barrier = multiprocessing.Barrier(clients + 1, timeout=120)
     result: multiprocessing.Queue = multiprocessing.Queue()
     workers = [multiprocessing.Process(target=_client_worker, args=(str(socket_path), total // clients, barrier, result))
                for _ in range(clients)]
@@ -99,7 +110,11 @@ def durable_throughput(socket_path: Path, total: int, clients: int) -> float:
         worker.start()
     barrier.wait()
     start = time.perf_counter()
-    decided = sum(result.get(timeout=600) for _ in workers)
+    outcomes = [result.get(timeout=600) for _ in workers]
+    errors = [outcome for outcome in outcomes if isinstance(outcome, BaseException)]
+    if errors:
+        raise RuntimeError(f"a bench client failed: {errors[0]}")
+    decided = sum(outcomes)
     elapsed = time.perf_counter() - start
     for worker in workers:
         worker.join()
@@ -116,10 +131,15 @@ def verify_throughput(paths: SignerPaths, records: int) -> tuple[float, float, i
     with SignerClient(paths.socket) as client:
         run = client.call("register_run", request_id=new_request_id(), agent={"name": "bench"})
         token = {"run_id": run["run_id"], "run_token": run["run_token"]}
-        for start in range(0, records - 2, WINDOW):
-            client.pipeline([
+        pairs = (records - 2) // 2  # each command is a decision and its completion
+        for start in range(0, pairs, WINDOW):
+            decisions = client.pipeline([
                 {"method": "decide", "request_id": new_request_id(), **token, "tool": "Bash",
-                 "args": {"command": f"echo {n}"}} for n in range(start, min(start + WINDOW, records - 2))
+                 "args": {"command": f"echo {n}"}} for n in range(start, min(start + WINDOW, pairs))
+            ])
+            client.pipeline([
+                {"method": "complete", "request_id": new_request_id(), **token, "decision_id": d["decision_id"],
+                 "status": "ok", "exit_code": 0} for d in decisions
             ])
         client.call("close_run", request_id=new_request_id(), **token)
     out = Path(tempfile.mkdtemp(prefix="tkverify-"))

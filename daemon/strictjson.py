@@ -137,12 +137,44 @@ def _precheck_depth(text: str, max_depth: int) -> None:
             depth -= 1
 
 
+_FAST_ENCODER = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False,
+                                 check_circular=False)
+
+
 def canonical(value: Any) -> bytes:
-    """RFC 8785 canonical bytes of a JSON value."""
+    """RFC 8785 canonical bytes of a JSON value.
+
+    For integer-only values whose text is all ASCII, the standard library's sorted,
+    compact encoding *is* RFC 8785 (same escapes, same key order, no floats), and it is
+    several times faster; anything else goes through the ``rfc8785`` library.  A test
+    checks the two agree on arbitrary values.
+    """
+    if not _needs_reference_encoder(value):
+        try:
+            text = _FAST_ENCODER.encode(value)
+        except (TypeError, ValueError):
+            text = ""
+        if text and text.isascii():
+            return text.encode("ascii")
     try:
         return rfc8785.dumps(value)
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise StrictJSONError(f"cannot canonicalise: {exc}") from None
+
+
+def _needs_reference_encoder(value: Any) -> bool:
+    """Floats and integers outside ±(2^53−1) are the rfc8785 library's to format (or refuse)."""
+    stack = [value]
+    while stack:
+        item = stack.pop()
+        kind = type(item)
+        if kind is float or (kind is int and not -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER):
+            return True
+        if kind is dict:
+            stack.extend(item.values())
+        elif kind is list or kind is tuple:
+            stack.extend(item)
+    return False
 
 
 def compact(value: Any) -> bytes:

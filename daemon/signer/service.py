@@ -238,7 +238,7 @@ class SignerService:
     async def _decide(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
         self._ensure_writable()
         run = self._run_for(identity, request)
-        if len(run.decisions) - sum(d.consumed for d in run.decisions.values()) >= MAX_PENDING_DECISIONS_PER_RUN:
+        if run.pending_decisions >= MAX_PENDING_DECISIONS_PER_RUN:
             raise RequestRefused("quota_exceeded", "too many decisions without a completion in this run")
         tool, args = request["tool"], request["args"]
         verdict = evaluate(self.pack, tool, args)

@@ -33,6 +33,7 @@ class RunState:
     records: int = 0
     seqs: list[int] = field(default_factory=list)
     decisions: dict[str, DecisionState] = field(default_factory=dict)
+    pending_decisions: int = 0  # decided but not completed
 
 
 @dataclass
@@ -73,10 +74,12 @@ class RunBook:
         run.seqs.append(record.seq)
         if kind == "policy.decision":
             run.decisions[data["decision_id"]] = DecisionState(data["args"]["hash"], data["verdict"])
+            run.pending_decisions += 1
         elif kind == "tool.result":
             decision = run.decisions.get(data["decision_id"])
-            if decision is not None:
+            if decision is not None and not decision.consumed:
                 decision.consumed = True
+                run.pending_decisions -= 1
         elif kind == "containment.changed":
             run.containment = data["state"]
             run.containment_reason = data.get("reason", "")
