@@ -88,7 +88,7 @@ HARMLESS_ENV_NAMES: tuple[str, ...] = ("PYTHONUNBUFFERED", "PYTHONDONTWRITEBYTEC
                                        "PYTHONHASHSEED", "NODE_ENV", "GIT_AUTHOR_NAME", "GIT_AUTHOR_EMAIL",
                                        "GIT_COMMITTER_NAME", "GIT_COMMITTER_EMAIL")
 
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\Z", re.ASCII)
 
 
 def refused_env_reason(name: str) -> str | None:

@@ -40,7 +40,7 @@ def argv_bash_runs(line: str) -> list[str]:
 text_word = st.text(
     alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\0"), min_size=0, max_size=12
 )
-tricky_first = st.sampled_from(sorted(SHELL_RESERVED_WORDS) + ["A=b", "x=", "=", "a=b=c", "PATH=/tmp", "!x", "~", "-",
+tricky_first = st.sampled_from(sorted(SHELL_RESERVED_WORDS) + ["A=b", "x=", "=", "a=b=c", "PATH=x", "!x", "~", "-",
                                                               "#c", "a b", "$(id)", "`id`", "*", "{a,b}"])
 program = st.one_of(tricky_first, text_word.filter(lambda w: w and "/" not in w and not w.startswith("%")))
 

@@ -8,9 +8,9 @@ import json
 
 import pytest
 
+from tests.signer_harness import register, request_id, running_signer
 from tkbox_daemon import strictjson
 from tkbox_daemon.signer.rpc_schema import MAX_LINE_BYTES
-from tests.signer_harness import register, request_id, running_signer
 
 
 def error_code(reply: dict) -> str | None:
@@ -231,3 +231,12 @@ async def test_two_clients_at_once_share_one_consistent_log(tmp_path):
         first, second = await asyncio.gather(client("a"), client("b"))
         assert first == list(range(1, 31)) and second == list(range(1, 31))
         assert signer.service.store.size == 2 + 2 * 31
+
+
+@pytest.mark.parametrize("field, value", [("request_id", "req-1\n"), ("request_id", "req\u0661")])
+async def test_identifiers_with_a_trailing_newline_or_non_ascii_digits_are_refused(tmp_path, field, value):
+    async with running_signer(tmp_path) as signer:
+        connection = await signer.connect()
+        reply = await connection.call("register_run", agent={"name": "x"}, **{field: value})
+        assert error_code(reply) == "invalid_request" and field in reply["error"]["message"]
+        await connection.close()

@@ -16,17 +16,17 @@ import yaml
 
 from .. import limits
 
-NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}$")
-HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:\d{1,5})?$")
-SECRET_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}$")
-SECRET_SPEC = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{0,63})=env:(?P<var>[A-Za-z_][A-Za-z0-9_]{0,127})@(?P<hosts>[^@]+)$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z", re.ASCII)
+HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:\d{1,5})?\Z", re.ASCII)
+SECRET_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}\Z", re.ASCII)
+SECRET_SPEC = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{0,63})=env:(?P<var>[A-Za-z_][A-Za-z0-9_]{0,127})@(?P<hosts>[^@]+)\Z", re.ASCII)
 LIMIT_FIELDS = {
     "memory": limits.BOX_MEMORY, "cpus": limits.BOX_VCPUS, "pids": limits.BOX_PIDS, "lifetime": limits.BOX_LIFETIME,
     "exec_timeout": limits.EXEC_TIMEOUT, "disk": limits.BOX_DISK, "execs": limits.EXECS_PER_BOX,
     "workspace_files": limits.WORKSPACE_FILES, "workspace_bytes": limits.WORKSPACE_BYTES,
 }
 SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "secrets", "limits", "task"}
-SIZE = re.compile(r"^(\d{1,12})([KMG]i?B?|B)?$", re.IGNORECASE)
+SIZE = re.compile(r"^(\d{1,12})([KMG]i?B?|B)?\Z", re.IGNORECASE | re.ASCII)
 
 
 class SettingsError(ValueError):

@@ -28,7 +28,7 @@ MAX_ARG_BYTES = 128 * 1024
 MAX_ENV_ITEMS = 256
 MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_CWD_BYTES = 4096
-_SAFE_UNQUOTED = re.compile(r"^[A-Za-z0-9@%+:,./_-]+$")  # shlex's safe set without '='
+_SAFE_UNQUOTED = re.compile(r"^[A-Za-z0-9@%+:,./_-]+\Z", re.ASCII)  # shlex's safe set without '='
 
 
 class ExecRefused(ValueError):

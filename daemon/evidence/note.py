@@ -63,7 +63,7 @@ class VerifierKey:
 
     @classmethod
     def parse(cls, vkey: str) -> VerifierKey:
-        parts = vkey.split("+")
+        parts = vkey.split("+", 2)  # the base64 key itself may contain '+'; names cannot
         if len(parts) != 3:
             raise NoteError("a vkey is name+hexid+base64key")
         name, hex_id, encoded = parts

@@ -210,7 +210,11 @@ def _parse_record_keys(value: Any, algs: tuple[str, ...]) -> tuple[PinnedRecordK
         if entry["alg"] not in algs:
             raise TrustError(f"{where}: alg {entry['alg']!r} is not in algs")
         raw = decode_public_key(entry["public_key"], where)
-        if key_id(Ed25519PublicKey.from_public_bytes(raw)) != entry["kid"]:
+        try:
+            public = Ed25519PublicKey.from_public_bytes(raw)
+        except ValueError:
+            raise TrustError(f"{where}: public_key is not an Ed25519 key") from None
+        if key_id(public) != entry["kid"]:
             raise TrustError(f"{where}: kid is not sha256 of the key's SubjectPublicKeyInfo")
         keys.append(PinnedRecordKey(entry["kid"], entry["alg"], raw))
     if len({key.kid for key in keys}) != len(keys):

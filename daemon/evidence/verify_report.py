@@ -13,7 +13,7 @@ A failed verdict names the first failing check and, when a record is to blame, i
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
@@ -51,14 +51,17 @@ class Failure:
     def to_json(self) -> dict[str, Any]:
         return {"check": self.check, "seq": self.seq, "run_seq": self.run_seq, "reason": self.reason}
 
-    def describe(self) -> str:
+    def detail(self) -> str:
+        """The reason, preceded by the record to blame when there is one."""
         where = []
         if self.seq is not None:
             where.append(f"seq {self.seq}")
         if self.run_seq is not None:
             where.append(f"run_seq {self.run_seq}")
-        record = f"record {', '.join(where)}: " if where else ""
-        return f"{self.check} {DASH} {record}{self.reason}"
+        return f"record {', '.join(where)}: {self.reason}" if where else self.reason
+
+    def describe(self) -> str:
+        return f"{self.check} {DASH} {self.detail()}"
 
 
 @dataclass(frozen=True)
@@ -81,8 +84,7 @@ def passed(name: str, detail: str) -> CheckResult:
 
 def failed(name: str, reason: str, *, seq: int | None = None, run_seq: int | None = None) -> CheckResult:
     failure = Failure(name, reason, seq, run_seq)
-    detail = failure.describe().split(f" {DASH} ", 1)[1]
-    return CheckResult(name, FAIL, detail, failure)
+    return CheckResult(name, FAIL, failure.detail(), failure)
 
 
 def skipped(name: str, why: str) -> CheckResult:
@@ -97,7 +99,6 @@ class VerifyReport:
     integrity: str
     exit_code: int
     assurance: str | None = None
-    notes: tuple[str, ...] = field(default=())
 
     @property
     def first_failure(self) -> Failure | None:

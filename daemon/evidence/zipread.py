@@ -291,35 +291,71 @@ def _read_exact(handle: BinaryIO, entry: _Entry) -> bytes:
 
 
 def _inflate(handle: BinaryIO, entry: _Entry, limits: ZipLimits) -> bytes:
-    """Inflate with a cap of the declared size (itself capped): output never exceeds it by more than one byte."""
+    """Inflate with a cap of the declared size (itself capped): output never exceeds it by more than one byte.
+
+    The last compressed byte is fed separately so that its padding bits can be checked.
+    """
     cap = min(entry.size, limits.max_entry_bytes)
     inflater = zlib.decompressobj(-15)
     output = bytearray()
-    remaining = entry.compressed_size
+    remaining = entry.compressed_size - 1  # the last byte is fed after the loop
+    if remaining < 0:
+        raise ZipRefused(f"entry {entry.name!r}: empty deflate stream")
     try:
         while remaining and not inflater.eof:
             chunk = handle.read(min(_READ_CHUNK, remaining))
             if not chunk:
                 raise ZipRefused(f"entry {entry.name!r}: data is truncated")
             remaining -= len(chunk)
-            pending = chunk
-            while pending and not inflater.eof:
-                output += inflater.decompress(pending, cap + 1 - len(output))
-                if len(output) > cap:
-                    raise ZipRefused(
-                        f"entry {entry.name!r}: inflates beyond its declared {_size(entry.size)} "
-                        f"(entry limit {_size(limits.max_entry_bytes)}; zip bomb)"
-                    )
-                pending = inflater.unconsumed_tail
-            if inflater.unused_data:
-                raise ZipRefused(f"entry {entry.name!r}: bytes after the end of its deflate stream")
+            _feed(inflater, chunk, output, cap, entry, limits)
+        last = handle.read(1)
+        if inflater.eof or remaining or len(last) != 1:
+            raise ZipRefused(f"entry {entry.name!r}: deflate stream does not end where its compressed size says")
+        before_last = inflater.copy()
+        produced = len(output)
+        _feed(inflater, last, output, cap, entry, limits)
+        if not inflater.eof:
+            raise ZipRefused(f"entry {entry.name!r}: deflate stream does not end where its compressed size says")
+        _check_padding(before_last, last[0], bytes(output[produced:]), cap + 1 - produced, entry)
     except zlib.error as exc:
         raise ZipRefused(f"entry {entry.name!r}: corrupt deflate data ({exc})") from None
-    if not inflater.eof or remaining:
-        raise ZipRefused(f"entry {entry.name!r}: deflate stream does not end where its compressed size says")
     if len(output) != entry.size:
         raise ZipRefused(f"entry {entry.name!r}: inflates to {len(output)} bytes, not the declared {entry.size}")
     return bytes(output)
+
+
+def _feed(inflater: zlib._Decompress, chunk: bytes, output: bytearray, cap: int, entry: _Entry,
+          limits: ZipLimits) -> None:
+    pending = chunk
+    while pending and not inflater.eof:
+        output += inflater.decompress(pending, cap + 1 - len(output))
+        if len(output) > cap:
+            raise ZipRefused(
+                f"entry {entry.name!r}: inflates beyond its declared {_size(entry.size)} "
+                f"(entry limit {_size(limits.max_entry_bytes)}; zip bomb)"
+            )
+        pending = inflater.unconsumed_tail
+    if inflater.unused_data:
+        raise ZipRefused(f"entry {entry.name!r}: bytes after the end of its deflate stream")
+
+
+def _check_padding(before_last: zlib._Decompress, last: int, last_output: bytes, room: int, entry: _Entry) -> None:
+    """Refuse set padding bits after the final block: they are ignored, so flipping one would go unnoticed.
+
+    zlib writes them as zero.  If clearing some high bits of the last byte inflates to the
+    same output and end, those bits were padding; any of them set means the stream was altered.
+    """
+    for kept in range(7, -1, -1):
+        candidate = last & ((1 << kept) - 1)
+        if candidate == last:
+            continue
+        trial = before_last.copy()
+        try:
+            same = trial.decompress(bytes([candidate]), room) == last_output and trial.eof and not trial.unused_data
+        except zlib.error:
+            same = False
+        if same:
+            raise ZipRefused(f"entry {entry.name!r}: deflate padding bits are set (the stream was altered)")
 
 
 def _size(count: int) -> str:

@@ -34,12 +34,12 @@ ERROR_CODES = frozenset(
     }
 )
 
-_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}$")
-_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}$")
-_DECISION_ID = re.compile(r"^dec-[0-9a-f]{32}$")
-_SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}$")
-_TOOL = re.compile(r"^[A-Za-z0-9_.:*/-]{1,128}$")
+_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z", re.ASCII)
+_RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z", re.ASCII)
+_DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z", re.ASCII)
+_DECISION_ID = re.compile(r"^dec-[0-9a-f]{32}\Z", re.ASCII)
+_SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z", re.ASCII)
+_TOOL = re.compile(r"^[A-Za-z0-9_.:*/-]{1,128}\Z", re.ASCII)
 
 
 class SchemaError(ValueError):

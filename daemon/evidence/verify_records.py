@@ -1,0 +1,288 @@
+"""Per-record checks for verify: strict parse, closed schema, canonical line, event hash and signature.
+
+Each JSONL line is checked on its own, so ``verify_pool`` can spread big files over
+processes.  The result for a line is a ``RecordFacts``: the fields the later checks need
+(chain positions, hashes, type, the ``data`` of the few types verify reads) and
+``error``, the first reason the record fails the *signatures* check (None if it passes).
+"""
+
+from __future__ import annotations
+
+import binascii
+import hashlib
+import json
+import re
+import sys
+from collections.abc import Mapping
+from typing import Any, NamedTuple
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
+from .. import strictjson
+from .records import (
+    ALG,
+    MAX_RECORD_BYTES,
+    RECORD_KEYS,
+    RECORD_VERSION,
+    SIGNED_TAG,
+    RecordError,
+    check_event_shape,
+)
+
+RUN_TYPES = frozenset(
+    {"run.registered", "policy.decision", "tool.result", "input.observed", "capture.gap", "containment.changed",
+     "run.closed"}
+)
+SIGNER_TYPES = frozenset({"signer.epoch", "signer.started"})
+INSPECTED_TYPES = frozenset({"run.registered", "run.closed", "signer.epoch"})
+ISOLATION_LEVELS = frozenset({"same-user", "separate-user"})
+MAX_LINES = 250_000  # a record line is over 500 bytes, so a 64 MiB entry holds fewer
+_HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
+_POLICY_HASH = re.compile(r"(sha256:)?[0-9a-f]{64}", re.ASCII)
+
+
+class RecordFacts(NamedTuple):
+    """What one line says (None where it did not parse) and why it fails, if it does."""
+
+    line_no: int
+    seq: int | None = None
+    run_seq: int | None = None
+    run_id: str | None = None
+    log_id: str | None = None
+    prev_hash: str | None = None
+    run_prev_hash: str | None = None
+    hash: str | None = None
+    type: str | None = None
+    data: dict[str, Any] | None = None
+    error: str | None = None
+
+    @property
+    def parsed(self) -> bool:
+        return self.seq is not None
+
+
+def canonical_json(value: Any) -> bytes:
+    """RFC 8785 bytes of a value from ``strictjson.loads`` (no floats, safe integers), fast.
+
+    For such values ``json.dumps`` (sorted keys, compact, no ASCII escaping) writes the same
+    bytes as RFC 8785 whenever the output is ASCII: strings escape the same characters, and
+    ASCII keys sort the same by code point as by UTF-16 unit.  Anything else goes to the
+    RFC 8785 library.
+    """
+    text = _COMPACT_SORTED.encode(value)
+    if text.isascii():
+        return text.encode("ascii")
+    return strictjson.canonical(value)
+
+
+def check_framing(content: bytes, name: str) -> int:
+    """The number of lines of a JSONL entry, which must be non-empty and end in a newline."""
+    if not content:
+        raise RecordError(f"{name} is empty")
+    if not content.endswith(b"\n"):
+        raise RecordError(f"{name} does not end with a newline")
+    count = content.count(b"\n")
+    if count > MAX_LINES:  # before splitting: millions of tiny lines would cost gigabytes
+        raise RecordError(f"{name} has more than {MAX_LINES} lines")
+    return count
+
+
+def check_chunk(data: bytes, first_line_no: int, pinned: Mapping[str, bytes]) -> list[RecordFacts]:
+    """Check whole lines (``data`` ends with a newline) against the pinned record keys
+    ``{kid: raw Ed25519 public key}``; a pool worker's task."""
+    keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in pinned.items()}
+    facts = []
+    for index, line in enumerate(data[:-1].split(b"\n")):
+        line_no = first_line_no + index
+        if not line:
+            facts.append(RecordFacts(line_no, error="the line is empty"))
+        elif len(line) > MAX_RECORD_BYTES:
+            facts.append(RecordFacts(line_no, error=f"the line is longer than {MAX_RECORD_BYTES} bytes"))
+        else:
+            facts.append(check_line(line, line_no, keys))
+    return _share_strings(facts)
+
+
+def _share_strings(facts: list[RecordFacts]) -> list[RecordFacts]:
+    """Make equal strings one object (a hash is also the next record's prev_hash), so the pickle
+    sent back from a pool worker holds each once: less than half the bytes to copy and unpickle."""
+    one = sys.intern
+    return [
+        RecordFacts(fact.line_no, fact.seq, fact.run_seq, one(fact.run_id), one(fact.log_id), one(fact.prev_hash),
+                    one(fact.run_prev_hash), one(fact.hash), one(fact.type), fact.data, fact.error)
+        if fact.seq is not None else fact
+        for fact in facts
+    ]
+
+
+def loads_canonical(data: bytes, *, max_bytes: int, max_depth: int | None = strictjson.DEFAULT_MAX_DEPTH) -> Any:
+    """Parse JSON that the caller then requires to be in canonical (re-serialised) form; strict, and fast.
+
+    A text without ``\\u`` escapes, without a 16-digit number token and with few brackets
+    cannot hold a lone surrogate, an integer beyond 2^53 or deep nesting, so the C
+    decoder (floats and NaN refused) gives what ``strictjson.loads`` would.  Duplicate
+    keys, whitespace and big numbers after whitespace survive the decoder but not the
+    caller's re-serialisation check.  Any other text goes through ``strictjson.loads``.
+    ``max_depth=None`` skips the depth gate for callers whose schema bounds the depth
+    (the C decoder itself stops at the recursion limit).
+    """
+    if len(data) > max_bytes:
+        raise strictjson.StrictJSONError(f"JSON text of {len(data)} bytes exceeds the limit of {max_bytes}")
+    deep = max_depth is not None and data.count(b"[") + data.count(b"{") > max_depth
+    if deep or b"\\u" in data or _has_long_number(data):
+        return strictjson.loads(data, max_bytes=max_bytes, max_depth=max_depth or strictjson.DEFAULT_MAX_DEPTH)
+    try:
+        return _FAST_DECODER.decode(data.decode("utf-8"))
+    except UnicodeDecodeError as exc:
+        raise strictjson.StrictJSONError(f"invalid UTF-8 at byte {exc.start}") from None
+    except (json.JSONDecodeError, RecursionError) as exc:
+        raise strictjson.StrictJSONError(f"malformed JSON: {exc}") from None
+
+
+def _refuse(text: str) -> Any:
+    raise strictjson.StrictJSONError(f"{text} is not allowed (no floats, NaN or infinities)")
+
+
+_FAST_DECODER = json.JSONDecoder(parse_float=_refuse, parse_constant=_refuse)
+_COMPACT_SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+# Digits become "0" and the bytes a number can follow in compact JSON become ":", so a
+# 16-digit number token shows as ":" + 16 zeros (a regex scan is several times slower).
+_NUMBER_SHAPE = bytes.maketrans(b"123456789[,", b"000000000::")
+_LONG_POSITIVE = b":" + b"0" * 16
+_LONG_NEGATIVE = b":-" + b"0" * 16
+
+
+def _has_long_number(data: bytes) -> bool:
+    shape = data.translate(_NUMBER_SHAPE)
+    return _LONG_POSITIVE in shape or _LONG_NEGATIVE in shape
+
+
+def check_line(line: bytes, line_no: int, keys: Mapping[str, Ed25519PublicKey]) -> RecordFacts:
+    try:
+        body = loads_canonical(line, max_bytes=MAX_RECORD_BYTES)
+        if not isinstance(body, dict):
+            raise strictjson.StrictJSONError("expected a JSON object")
+    except strictjson.StrictJSONError as exc:
+        return RecordFacts(line_no, error=f"not strict JSON: {exc}")
+    try:
+        _check_envelope(body)
+        event = body["event"]
+        check_event_shape(event)
+    except RecordError as exc:
+        return RecordFacts(line_no, error=str(exc))
+    kind = event["type"]
+    return RecordFacts(
+        line_no, event["seq"], event["run_seq"], event["run_id"], event["log_id"], event["prev_hash"],
+        event["run_prev_hash"], body["hash"], kind, event["data"] if kind in INSPECTED_TYPES else None,
+        _signature_error(line, body, event, keys),
+    )
+
+
+def _check_envelope(body: dict[str, Any]) -> None:
+    if body.keys() != RECORD_KEYS:
+        raise RecordError("record keys are not exactly v, event, hash, alg, kid, sig")
+    if type(body["v"]) is not int or body["v"] != RECORD_VERSION:
+        raise RecordError("record version is not 1")
+    if body["alg"] != ALG:
+        raise RecordError(f"record alg is not {ALG}")
+    for name in ("hash", "kid"):
+        if not isinstance(body[name], str) or not _HASH.fullmatch(body[name]):
+            raise RecordError(f"record {name} is not sha256:<64 hex>")
+    if not isinstance(body["sig"], str):
+        raise RecordError("record sig is not a string")
+
+
+def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> str | None:
+    """The first reason this parsed record does not verify, or None."""
+    kind = event["type"]
+    if kind not in RUN_TYPES and kind not in SIGNER_TYPES:
+        return f"unknown record type {kind!r}"
+    if kind in INSPECTED_TYPES:
+        schema_error = data_schema_error(kind, event["data"])
+        if schema_error:
+            return f"{kind} data: {schema_error}"
+    sig = body["sig"]
+    try:
+        signature = binascii.a2b_base64(sig, strict_mode=True)
+    except (binascii.Error, ValueError):
+        return "signature is not base64"
+    if len(signature) != 64 or binascii.b2a_base64(signature, newline=False) != sig.encode("ascii"):
+        return "signature is not canonical base64 of 64 bytes"
+    event_text = _COMPACT_SORTED.encode(event)
+    stored = f'{{"alg":"{ALG}","event":{event_text},"hash":"{body["hash"]}","kid":"{body["kid"]}","sig":"{sig}","v":1}}'
+    if stored.encode("utf-8") != line:
+        return "the line is not in stored form (compact JSON, sorted keys)"
+    event_bytes = event_text.encode("ascii") if event_text.isascii() else strictjson.canonical(event)
+    if "sha256:" + hashlib.sha256(event_bytes).hexdigest() != body["hash"]:
+        return "event hash does not match the event"
+    key = keys.get(body["kid"])
+    if key is None:
+        return f"signed by a key that is not pinned ({body['kid']})"
+    try:
+        key.verify(signature, signed_header_bytes(event, body["hash"], body["kid"]))
+    except InvalidSignature:
+        return "signature does not verify with the pinned key"
+    return None
+
+
+def signed_header_bytes(event: dict[str, Any], event_hash: str, kid: str) -> bytes:
+    """``records.signed_header`` for a schema-checked event, without the general canonicaliser.
+
+    Every field is a constant, an integer, hex, or a run id of ``[A-Za-z0-9._:/-]``, none
+    of which JSON escapes, and the keys are written in RFC 8785 (sorted) order.
+    """
+    return (
+        f'{{"alg":"{ALG}","hash":"{event_hash}","kid":"{kid}","log_id":"{event["log_id"]}",'
+        f'"prev_hash":"{event["prev_hash"]}","run_id":"{event["run_id"]}",'
+        f'"run_prev_hash":"{event["run_prev_hash"]}","run_seq":{event["run_seq"]},"seq":{event["seq"]},'
+        f'"t":"{SIGNED_TAG}"}}'
+    ).encode("ascii")
+
+
+REGISTERED_FIELDS = frozenset({"agent", "policy_name", "policy_hash", "signer_isolation", "token_expires"})
+CLOSED_FIELDS = frozenset({"reason", "records"})
+OPTIONAL_DATA_FIELDS = frozenset({"request_mac"})  # added by the signer to records made for a request
+_REQUEST_MAC = re.compile(r"[0-9a-f]{32}", re.ASCII)
+
+
+def data_schema_error(kind: str, data: dict[str, Any]) -> str | None:
+    """Schema problems in the ``data`` of the types verify relies on (others are only objects)."""
+    if kind == "signer.epoch":
+        return _epoch_schema_error(data)
+    required = {"run.registered": REGISTERED_FIELDS, "run.closed": CLOSED_FIELDS}.get(kind)
+    if required is None:
+        return None
+    if not required <= data.keys() or data.keys() - required - OPTIONAL_DATA_FIELDS:
+        return f"fields are not {', '.join(sorted(required))} (and optionally request_mac)"
+    if "request_mac" in data and not (isinstance(data["request_mac"], str) and _REQUEST_MAC.fullmatch(data["request_mac"])):
+        return "request_mac is not 32 hex digits"
+    if kind == "run.closed":
+        if not isinstance(data["reason"], str) or type(data["records"]) is not int:
+            return "reason is not a string or records not an integer"
+        return None
+    if not isinstance(data["agent"], dict) or not isinstance(data["agent"].get("name"), str):
+        return "agent is not an object with a name"
+    if not isinstance(data["policy_name"], str) or type(data["token_expires"]) is not int:
+        return "policy_name is not a string or token_expires not an integer"
+    if not isinstance(data["policy_hash"], str) or not _POLICY_HASH.fullmatch(data["policy_hash"]):
+        return "policy_hash is not sha256:<64 hex>"
+    if data["signer_isolation"] not in ISOLATION_LEVELS:
+        return "signer_isolation is not same-user or separate-user"
+    return None
+
+
+def _epoch_schema_error(data: dict[str, Any]) -> str | None:
+    if set(data) != {"keys", "log_vkey", "origin"}:
+        return "fields are not keys, log_vkey, origin"
+    if not isinstance(data["log_vkey"], str) or not isinstance(data["origin"], str):
+        return "log_vkey and origin must be strings"
+    keys = data["keys"]
+    if not isinstance(keys, list) or not 1 <= len(keys) <= 16:
+        return "keys is not a list of 1 to 16 keys"
+    for key in keys:
+        if not isinstance(key, dict) or set(key) != {"purpose", "alg", "kid", "public_key"}:
+            return "a key is not exactly purpose, alg, kid, public_key"
+        if key["purpose"] != "record" or not all(isinstance(key[name], str) for name in ("alg", "kid", "public_key")):
+            return "a key's purpose is not record or a field is not a string"
+    return None
