@@ -103,6 +103,8 @@ async def _exec(argv: list[str]) -> int:
                         help="auto: stream when stdin is not a terminal; none: no stdin")
     parser.add_argument("--timeout", type=int, help="seconds before the command is killed")
     if "--" not in argv:
+        if "-h" in argv or "--help" in argv:
+            parser.parse_args(["--help"])
         parser.print_usage(sys.stderr)
         print("tkbox exec: put -- before the command, e.g. tkbox exec mybox -- make test", file=sys.stderr)
         return 2
