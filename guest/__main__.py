@@ -1,0 +1,44 @@
+"""Command line: ``python3 -I -S /run/tkbox/guest [--boot-socket PATH] [--agent-socket PATH]``.
+
+Also runs as ``python3 -m tkbox_guest`` (installed) or ``python3 -S -m guest`` from the folder's parent. Under
+``-I`` Python puts neither the current directory nor a ``-m`` package's parent on ``sys.path``, so in a box the
+guest is started by the path of its folder: Python then runs this file with the folder itself as ``sys.path[0]``.
+That entry is swapped for the folder's parent, *appended* after the standard library, so the guest's modules load
+as the package ``guest`` and a file the job drops next to the folder can never shadow a standard module.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import os
+import sys
+from types import ModuleType
+
+DEFAULT_BOOT_SOCKET = "/run/tkbox/boot.sock"
+
+
+def _agent_module() -> ModuleType:
+    if __package__:
+        return importlib.import_module(f"{__package__}.agent")
+    here = os.path.dirname(os.path.abspath(__file__))
+    if sys.path and os.path.abspath(sys.path[0] or ".") == here:
+        del sys.path[0]
+    sys.path.append(os.path.dirname(here))
+    return importlib.import_module(f"{os.path.basename(here)}.agent")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="tkbox-guest", description="The tkbox guest agent (PID 1 in a box).")
+    parser.add_argument("--boot-socket", default=DEFAULT_BOOT_SOCKET, help="where to read the boot config")
+    parser.add_argument("--agent-socket", default=None,
+                        help="the agent socket (default: the boot config's agent_socket, /run/tkbox/agent.sock)")
+    parser.add_argument("--drain-ms", type=int, default=1000,
+                        help="how long to wait for an exec's pipes after it ended (default 1000)")
+    args = parser.parse_args(argv)
+    agent = _agent_module()
+    return agent.run(args.boot_socket, args.agent_socket, drain_s=max(0, args.drain_ms) / 1000)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

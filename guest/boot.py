@@ -1,0 +1,64 @@
+"""The boot configuration: read once from the boot socket (at most 1 MiB, strict JSON, closed schema)."""
+
+from __future__ import annotations
+
+import socket
+import time
+from dataclasses import dataclass
+
+from . import protocol
+
+MAX_BOOT_BYTES = 1 << 20
+
+
+class BootError(Exception):
+    """The boot configuration could not be read or is invalid."""
+
+
+@dataclass(frozen=True)
+class BootConfig:
+    box_id: str
+    env: dict[str, str]
+    workspace: str
+    agent_socket: str
+    exec_timeout_ms: int  # 0: no limit
+    max_execs: int
+    clock_ms: int
+    base_dir: str
+    upper_dir: str
+
+    @classmethod
+    def from_json(cls, data: bytes) -> BootConfig:
+        try:
+            obj = protocol.validate_boot(protocol.loads_strict(data))
+        except protocol.ProtocolError as exc:
+            raise BootError(f"invalid boot config: {exc}") from None
+        return cls(box_id=obj["box_id"], env=dict(obj["env"]), workspace=obj["workspace"],
+                   agent_socket=obj["agent_socket"], exec_timeout_ms=obj["limits"]["exec_timeout_ms"],
+                   max_execs=obj["limits"]["max_execs"], clock_ms=obj["clock"], base_dir=obj["base_dir"],
+                   upper_dir=obj["upper_dir"])
+
+
+def read_boot_config(path: str, timeout_s: float = 30.0) -> BootConfig:
+    """Connect to the boot socket and read one configuration until EOF, within ``timeout_s``."""
+    deadline = time.monotonic() + timeout_s
+    chunks: list[bytes] = []
+    total = 0
+    try:
+        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+            sock.settimeout(timeout_s)
+            sock.connect(path)
+            while True:
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                data = sock.recv(65536)
+                if not data:
+                    break
+                total += len(data)
+                if total > MAX_BOOT_BYTES:
+                    raise BootError(f"boot config exceeds {MAX_BOOT_BYTES} bytes")
+                chunks.append(data)
+    except TimeoutError:
+        raise BootError(f"boot config not received within {timeout_s:g} s") from None
+    except OSError as exc:
+        raise BootError(f"cannot read the boot socket {path}: {exc.strerror or exc}") from None
+    return BootConfig.from_json(b"".join(chunks))

@@ -1,0 +1,247 @@
+"""One exec: a process in its own process group, its stdin window, its output streams and its EXIT.
+
+Lifecycle: ``start`` spawns synchronously (so the ``exec`` RESPONSE with the pid goes out before any output), then
+``run`` pumps stdout and stderr as frames of at most 64 KiB, writes stdin as the host sends it, kills the group on
+timeout, and waits for the reaper to hand over the exit status. After the process is gone it waits at most
+``drain_s`` for both pipes to reach EOF (a background grandchild may hold them open forever), then sends EXIT.
+
+Stdin: the guest holds at most ``STDIN_WINDOW`` bytes the host sent and the process has not read. Every write to
+the pipe (or drop, once the pipe is broken) is acknowledged with STDIN_ACK, which reopens the host's window.
+Stdin never blocks the request loop, so ``signal`` and timeouts work on a process that never reads it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import os
+import signal
+import subprocess
+from typing import Any
+
+from . import protocol, tasks
+from .channel import Channel, ChannelClosed
+from .protocol import ProtocolError, StdinWindow
+from .reaper import Reaper
+
+STDIN_WRITE = 64 * 1024
+
+
+class StartError(Exception):
+    """The process could not be started; ``code`` is an errno name such as ENOENT."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+def _close(fd: int | None) -> None:
+    if fd is not None:
+        try:
+            os.close(fd)
+        except OSError:
+            pass
+
+
+class Exec:
+    def __init__(self, ident: int, request: dict[str, Any], *, env: dict[str, str], timeout_ms: int,
+                 channel: Channel, reaper: Reaper, drain_s: float) -> None:
+        self.ident = ident
+        self.request = request
+        self.env = env
+        self.timeout_ms = timeout_ms
+        self.channel = channel
+        self.reaper = reaper
+        self.drain_s = drain_s
+        self.pid = 0
+        self.window = StdinWindow()
+        self.timed_out = False
+        self.leader_gone = False
+        self._status: asyncio.Future[int] | None = None
+        self._stdin_fd: int | None = None
+        self._out_fds: list[int] = []
+        self._stdin_buf = bytearray()
+        self._stdin_wake = asyncio.Event()
+        self._stdin_eof = False
+        self._stdin_broken = False
+        self._tasks = tasks.TaskSet()
+        self._stop_reading = False
+        self._idle: dict[asyncio.Task[Any] | None, bool] = {}
+
+    # -- start ------------------------------------------------------------------------------------------------
+
+    def start(self) -> int:
+        """Spawn the process (raises :class:`StartError`) and register it with the reaper."""
+        if self.request.get("pty"):
+            raise StartError("ENOTSUP", "pty execs are not supported")
+        ends: list[int] = []
+        try:
+            for _ in range(3):
+                ends.extend(os.pipe2(os.O_CLOEXEC))
+        except OSError as exc:
+            for fd in ends:
+                _close(fd)
+            raise StartError(errno.errorcode.get(exc.errno or 0, "EIO"), f"cannot make pipes: {exc.strerror}") from None
+        in_r, in_w, out_r, out_w, err_r, err_w = ends
+        try:
+            proc = subprocess.Popen(  # noqa: S603 - argv comes from the host, which decided it
+                self.request["argv"], cwd=self.request["cwd"], env=self.env, stdin=in_r, stdout=out_w,
+                stderr=err_w, close_fds=True, process_group=0, restore_signals=True)
+        except OSError as exc:
+            for fd in ends:
+                _close(fd)
+            name = errno.errorcode.get(exc.errno or 0, "EIO")
+            where = f": {exc.filename}" if exc.filename else ""
+            raise StartError(name, f"{exc.strerror or exc}{where}") from None
+        except (ValueError, subprocess.SubprocessError) as exc:
+            for fd in ends:
+                _close(fd)
+            raise StartError("EINVAL", str(exc)) from None
+        # The reaper owns waiting: Popen must never call waitpid on this pid (it could steal a reused pid's status).
+        proc.returncode = 0
+        self.pid = proc.pid
+        self._status = self.reaper.watch(self.pid)
+        for fd in (in_r, out_w, err_w):
+            _close(fd)
+        for fd in (in_w, out_r, err_r):
+            os.set_blocking(fd, False)
+        self._stdin_fd = in_w
+        self._out_fds = [out_r, err_r]
+        return self.pid
+
+    # -- requests from the host ---------------------------------------------------------------------------------
+
+    def feed_stdin(self, data: bytes) -> None:
+        if self._stdin_eof:
+            raise ProtocolError(f"STDIN for exec {self.ident} after STDIN_EOF")
+        self.window.take(len(data))
+        if self._stdin_broken:
+            self._ack(len(data))
+            return
+        self._stdin_buf += data
+        self._stdin_wake.set()
+
+    def close_stdin(self) -> None:
+        if self._stdin_eof:
+            raise ProtocolError(f"second STDIN_EOF for exec {self.ident}")
+        self._stdin_eof = True
+        self._stdin_wake.set()
+
+    def signal(self, signum: int) -> None:
+        """Signal the whole process group (raises ProcessLookupError when it is gone)."""
+        os.killpg(self.pid, signum)
+
+    def kill(self) -> None:
+        try:
+            os.killpg(self.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    # -- running ----------------------------------------------------------------------------------------------
+
+    async def run(self) -> dict[str, Any]:
+        """Serve the process until it is gone and drained, then send EXIT; returns the EXIT body."""
+        try:
+            return await self._run()
+        finally:  # also when cancelled at the guest's end: the pumps close their own descriptors
+            self._tasks.cancel_nowait()
+
+    async def _run(self) -> dict[str, Any]:
+        assert self._status is not None
+        loop = asyncio.get_running_loop()
+        pumps = [self._tasks.spawn(self._pump(fd, kind), name=f"exec-{self.ident}-pump")
+                 for fd, kind in zip(self._out_fds, (protocol.STDOUT, protocol.STDERR), strict=True)]
+        self._tasks.spawn(self._write_stdin(), name=f"exec-{self.ident}-stdin")
+        timer = loop.call_later(self.timeout_ms / 1000, self._on_timeout) if self.timeout_ms else None
+        try:
+            status = await self._status
+        finally:
+            if timer is not None:
+                timer.cancel()
+        self.leader_gone = True
+        await asyncio.wait(pumps, timeout=self.drain_s)
+        # Drain over: read no more; a pump in the middle of sending finishes that frame, an idle one stops now.
+        self._stop_reading = True
+        for pump in pumps:
+            if self._idle.get(pump):
+                pump.cancel()
+        await asyncio.gather(*pumps, return_exceptions=True)
+        await self._tasks.cancel_all()
+        self._stdin_buf.clear()
+        _close(self._stdin_fd)
+        self._stdin_fd = None
+        if os.WIFSIGNALED(status):
+            body = {"id": self.ident, "exit_code": None, "signal": os.WTERMSIG(status), "timed_out": self.timed_out}
+        else:
+            body = {"id": self.ident, "exit_code": os.WEXITSTATUS(status) & 0xFF, "signal": None,
+                    "timed_out": self.timed_out}
+        await self.channel.send(protocol.encode_json_frame(protocol.EXIT, body))
+        return body
+
+    def group_alive(self) -> bool:
+        try:
+            os.killpg(self.pid, 0)
+        except (ProcessLookupError, PermissionError):
+            return False
+        return True
+
+    def _on_timeout(self) -> None:
+        self.timed_out = True
+        self.kill()
+
+    async def _pump(self, fd: int, ftype: int) -> None:
+        me = asyncio.current_task()
+        try:
+            while not self._stop_reading:
+                self._idle[me] = True
+                await tasks.readable(fd)
+                self._idle[me] = False
+                try:
+                    data = os.read(fd, protocol.MAX_OUTPUT_CHUNK)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    return
+                if not data:
+                    return
+                await self.channel.send(protocol.encode_id_frame(ftype, self.ident, data))
+        except ChannelClosed:
+            return
+        finally:
+            _close(fd)
+
+    def _ack(self, count: int) -> None:
+        while count > 0:
+            step = min(count, protocol.STDIN_WINDOW)
+            self.window.give_back(step)
+            try:
+                self.channel.send_nowait(protocol.encode_stdin_ack(self.ident, step))
+            except ChannelClosed:
+                pass
+            count -= step
+
+    async def _write_stdin(self) -> None:
+        fd = self._stdin_fd
+        assert fd is not None
+        while True:
+            if not self._stdin_buf:
+                if self._stdin_eof:
+                    break
+                self._stdin_wake.clear()
+                await self._stdin_wake.wait()
+                continue
+            await tasks.writable(fd)
+            try:
+                written = os.write(fd, self._stdin_buf[:STDIN_WRITE])
+            except BlockingIOError:
+                continue
+            except OSError:  # EPIPE: nobody reads stdin any more; drop what is held and whatever comes later
+                self._stdin_broken = True
+                dropped = len(self._stdin_buf)
+                self._stdin_buf.clear()
+                self._ack(dropped)
+                break
+            del self._stdin_buf[:written]
+            self._ack(written)
+        self._stdin_fd = None
+        _close(fd)
