@@ -1,0 +1,187 @@
+"""The bubblewrap backend (default): bwrap 0.8 run as the box's unprivileged host uid, seccomp, minimal root.
+
+The launcher L the daemon forks (root) enters a private mount namespace and mounts the workspace overlay there
+(bwrap 0.8 has no overlay options; the mount vanishes with that namespace and never appears in the host's).
+It then forks a child that drops to host uid U with no groups and no capabilities and execs bwrap. bwrap (not
+setuid) creates a user namespace mapping in-box uid 1000 to U, plus new pid, net, ipc, uts and cgroup
+namespaces, and builds the minimal root from the plan in ``layout.py`` using the fds L opened (``--bind-fd``),
+so no host path is looked up again. ``--as-pid-1`` makes our argv PID 1; ``--json-status-fd`` tells L its host
+pid. L stays as the box's guard (``launch.OrphanGuard``): bwrap's child arms its death signal only just before
+its exec, so without L a daemon dying during bwrap's setup could leave a running, orphaned box.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+
+from tkbox_daemon.box import launch, seccomp
+from tkbox_daemon.box.backend import (
+    BOX_GUEST_UID,
+    BOX_OOM_SCORE_ADJ,
+    BoxBackend,
+    BoxError,
+    BoxSpec,
+    BoxStartError,
+)
+from tkbox_daemon.box.handle import SupervisedBox
+from tkbox_daemon.box.layout import Bind, BoxSources, Special, Step, Symlink, Tmpfs
+from tkbox_daemon.box.syscalls import (
+    CLONE_NEWNS,
+    MS_NODEV,
+    MS_NOSUID,
+    MS_PRIVATE,
+    MS_REC,
+    close_fds_except,
+    mount,
+    set_child_subreaper,
+    set_parent_death_signal,
+    unshare,
+    write_proc_file,
+)
+
+BWRAP_FIXED_OPTIONS = ("--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL")
+
+
+def render_plan(plan: list[Step], *, workspace_fd: int) -> list[str]:
+    """The layout plan as bwrap options."""
+    args: list[str] = []
+    for step in plan:
+        if isinstance(step, Bind):
+            args += ["--ro-bind-fd" if step.readonly else "--bind-fd", str(step.fd), step.dest]
+        elif isinstance(step, Tmpfs):  # bwrap's tmpfs belongs to the sandbox uid (1000 inside, U outside)
+            args += ["--perms", f"{step.mode:04o}", "--tmpfs", step.dest]
+        elif isinstance(step, Symlink):
+            args += ["--symlink", step.target, step.dest]
+        elif isinstance(step, Special) and step.kind == "workspace":
+            args += ["--bind-fd", str(workspace_fd), step.dest]
+        elif isinstance(step, Special):
+            args += [f"--{step.kind}", step.dest]
+        else:  # pragma: no cover - the plan only holds the types above
+            raise TypeError(step)
+    return args
+
+
+def bwrap_argv(bwrap: str, spec: BoxSpec, plan: list[Step], *, workspace_fd: int, seccomp_fd: int,
+               status_fd: int, argv: list[str]) -> list[str]:
+    """The complete bwrap command line for one box."""
+    return [
+        bwrap, *BWRAP_FIXED_OPTIONS,
+        "--uid", str(BOX_GUEST_UID), "--gid", str(BOX_GUEST_UID), "--hostname", spec.hostname,
+        "--json-status-fd", str(status_fd),
+        *render_plan(plan, workspace_fd=workspace_fd),
+        "--remount-ro", "/",
+        "--seccomp", str(seccomp_fd),
+        "--chdir", spec.cwd,
+        "--", *argv,
+    ]
+
+
+def parse_child_pid(buffer: bytes) -> int | None:
+    """The box's host pid from bwrap's first JSON status document, once it is complete."""
+    end = buffer.find(b"}")
+    if end < 0:
+        return None
+    document = json.loads(buffer[:end + 1])
+    pid = document.get("child-pid")
+    if not isinstance(pid, int) or pid <= 1:
+        raise BoxStartError(f"bwrap reported no child pid: {document!r}")
+    return pid
+
+
+class BwrapBackend(BoxBackend):
+    """Boxes through bubblewrap (see the module docstring)."""
+
+    name = "bwrap"
+    isolated = True
+    applies_limits = True
+
+    def __init__(self, bwrap_path: str | None = None) -> None:
+        self.bwrap_path = bwrap_path
+
+    def _bwrap(self) -> str:
+        path = self.bwrap_path or shutil.which("bwrap", path="/usr/bin:/bin:/usr/local/bin")
+        if not path:
+            raise BoxError("bwrap is not installed: run scripts/setup.sh (Debian package bubblewrap)")
+        return path
+
+    async def start(self, spec: BoxSpec, argv: list[str]) -> SupervisedBox:
+        bwrap = self._bwrap()
+        return await launch.launch_box(
+            spec, argv, backend=self.name,
+            make_child=lambda ctx: _launcher(ctx, bwrap), wait_for_exec=False,
+        )
+
+
+def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
+    """L, forked from the daemon (root): overlay in a private mount namespace, fork bwrap as uid U, supervise.
+
+    L stays alive for the box's life. bwrap's sandboxed child arms its own death signal only just before its
+    exec, so a bwrap that died during setup would leave an orphan: L is a child subreaper (such an orphan
+    becomes L's child) and kills the box's PID 1 through a pidfd when bwrap ends or when the daemon dies
+    (its death signal is SIGTERM, handled, not SIGKILL).
+    """
+    launch.child_prologue(daemon_pid=ctx.daemon_pid, log_fd=ctx.log_fd)
+    joining = launch.BackgroundJoin(ctx.cgroup_procs, os.getpid())  # bwrap and the box inherit our cgroups
+    launch.lower_own_oom_score()
+    set_child_subreaper()
+    unshare(CLONE_NEWNS)
+    mount(None, "/", None, MS_REC | MS_PRIVATE)
+    sources = ctx.sources.reopened_here()
+    mount("overlay", ctx.mountpoint, "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())
+    workspace_fd = os.open(ctx.mountpoint, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    seccomp_fd = os.memfd_create("tkbox-seccomp", 0)
+    os.write(seccomp_fd, seccomp.filter_bytes())
+    os.lseek(seccomp_fd, 0, os.SEEK_SET)
+    json_r, json_w = os.pipe2(os.O_CLOEXEC)
+    joining.wait()
+    guard = launch.OrphanGuard(ctx)
+    bwrap_pid = os.fork()
+    if bwrap_pid == 0:
+        try:
+            os.close(json_r)
+            _exec_bwrap(ctx, bwrap, sources, workspace_fd, seccomp_fd, json_w)
+        except BaseException as error:  # noqa: B902 - must end in _exit
+            launch.report_error(ctx.status_fd, f"{type(error).__name__}: {error}")
+        finally:
+            os._exit(127)
+    guard.child_pid = bwrap_pid
+    close_fds_except({ctx.status_fd, json_r})  # json_r stays open: bwrap writes its exit code there last
+    buffer = b""
+    while (init_pid := parse_child_pid(buffer)) is None:
+        chunk = os.read(json_r, 4096)
+        if not chunk:
+            guard.finish(bwrap_pid)  # bwrap ended before its child existed: box.log and the exit code say why
+        buffer += chunk
+    guard.watch(bwrap_pid, init_pid, in_box_cgroups=True)
+    os.write(ctx.status_fd, f"P{init_pid} {bwrap_pid}\n".encode())
+    os.close(ctx.status_fd)
+    guard.finish(bwrap_pid)
+
+
+def _exec_bwrap(ctx: launch.LaunchContext, bwrap: str, sources: BoxSources, workspace_fd: int,
+                seccomp_fd: int, status_fd: int) -> None:
+    """The child that becomes bwrap: box OOM score, uid U with no groups, death signal, only bwrap's fds."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the guard's handler is L's, not ours
+    spec = ctx.spec
+    plan = sources.plan()
+    # Only fds bwrap consumes (and closes) may pass: any other host-directory fd would reach the box, and
+    # openat() relative to it would walk the host's filesystem.
+    passed = [*(step.fd for step in plan if isinstance(step, Bind)), workspace_fd, seccomp_fd, status_fd]
+    for fd in passed:
+        os.set_inheritable(fd, True)
+    args = bwrap_argv(bwrap, spec, plan, workspace_fd=workspace_fd, seccomp_fd=seccomp_fd, status_fd=status_fd,
+                      argv=ctx.argv)
+    write_proc_file("/proc/self/oom_score_adj", str(BOX_OOM_SCORE_ADJ))  # bwrap and the box inherit it
+    launcher = os.getppid()
+    uid = spec.box_uid
+    os.setgroups([])
+    os.setresgid(uid, uid, uid)
+    os.setresuid(uid, uid, uid)
+    set_parent_death_signal(signal.SIGKILL)  # armed after the uid change, which would clear it
+    if os.getppid() != launcher:
+        os._exit(1)
+    close_fds_except(set(passed))
+    os.execve(bwrap, args, spec.env)
