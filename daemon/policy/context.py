@@ -2,8 +2,9 @@
 
 Packs name them as placeholders (``{signer_data_dir}``, ``{signer_runtime_dir}``, ``{signer_pid}``,
 ``{extra_protected_paths}``); the pack compiler substitutes them, ``re.escape``d, at load time.
-Without a context, ``default_context()`` derives the signer's default XDG locations from the
-environment (what ``tkbox policy check`` uses), with no pid.
+Without a context, ``default_context()`` finds the signer's directories from the environment the way
+the signer does (``$TKBOX_SIGNER_DATA_DIR``, ``$XDG_DATA_HOME/tkbox/signer``...), with no pid; that is
+what ``tkbox policy check`` uses.
 """
 
 from __future__ import annotations
@@ -25,12 +26,21 @@ class PolicyContext:
 
 
 def default_context() -> PolicyContext:
-    """The signer's default locations for the current user: $XDG_DATA_HOME/tkbox and $XDG_RUNTIME_DIR/tkbox."""
-    home = os.path.expanduser("~")
-    data_home = os.environ.get("XDG_DATA_HOME") or os.path.join(home, ".local", "share")
-    runtime = os.environ.get("XDG_RUNTIME_DIR")
-    runtime_dir = os.path.join(runtime, "tkbox") if runtime else f"/tmp/tkbox-{os.getuid()}"
-    return PolicyContext(signer_data_dir=os.path.join(data_home, "tkbox"), signer_runtime_dir=runtime_dir,
+    """The signer's directories for the current user, found as daemon/signer/paths.py finds them."""
+    env = os.environ
+    if env.get("TKBOX_SIGNER_DATA_DIR"):
+        data = env["TKBOX_SIGNER_DATA_DIR"]
+    elif env.get("XDG_DATA_HOME"):
+        data = os.path.join(env["XDG_DATA_HOME"], "tkbox", "signer")
+    else:
+        data = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share", "tkbox", "signer")
+    if env.get("TKBOX_SIGNER_RUNTIME_DIR"):
+        runtime = env["TKBOX_SIGNER_RUNTIME_DIR"]
+    elif env.get("XDG_RUNTIME_DIR"):
+        runtime = os.path.join(env["XDG_RUNTIME_DIR"], "tkbox-signer")
+    else:
+        runtime = f"/tmp/tkbox-signer-{os.getuid()}"
+    return PolicyContext(signer_data_dir=os.path.abspath(data), signer_runtime_dir=os.path.abspath(runtime),
                          signer_pid=None)
 
 

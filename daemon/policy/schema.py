@@ -24,7 +24,7 @@ TOP_LEVEL_KEYS = ("version", "description", "extends", "tools", "unknown_tools",
 RULE_KEYS = ("id", "pattern", "class", "tool", "field", "unless", "reason", "hint", "label")
 
 # Ids the engine itself gives; a pack may not reuse them.
-ENGINE_RULE_IDS = frozenset({"TK-ARGS-INVALID", "TK-OVERSIZE", "TK-SHELL-PARSE", "TK-SHELL-STDIN",
+ENGINE_RULE_IDS = frozenset({"TK-ARGS-INVALID", "TK-OVERSIZE", "TK-SHELL-PARSE",
                              "TK-UNKNOWN-TOOL", "TK-EVAL-ERROR"})
 RULE_ID_RE = re.compile(r"[A-Z][A-Z0-9]*(?:-[A-Z0-9]+)+")
 FIELD_RE = re.compile(r"\*|[A-Za-z_][A-Za-z0-9_]*")
