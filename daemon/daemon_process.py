@@ -87,7 +87,7 @@ async def serve(config: DaemonConfig, backend: BoxBackend) -> None:
     libc = ctypes.CDLL(None, use_errno=True)
     libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
     app = create_app(config, backend)
-    runner = web.AppRunner(app, handle_signals=False)
+    runner = web.AppRunner(app, handle_signals=False, shutdown_timeout=15)
     await runner.setup()
     socket_path = config.paths.api_socket
     socket_path.unlink(missing_ok=True)

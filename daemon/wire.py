@@ -78,6 +78,7 @@ class BoxInfo:
     limits: dict[str, int] = field(default_factory=dict)
     backend: str = ""
     reason: str = ""
+    pid: int | None = None  # host pid of the box's init process, while it runs
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -78,7 +78,8 @@ async def _serve(config: DaemonConfig, backend: BoxBackend,
         await runner.cleanup()
         import shutil
 
-        shutil.rmtree(config.paths.runtime_dir, ignore_errors=True)
+        for directory in (config.paths.runtime_dir, config.paths.layers_root, config.paths.channels_root):
+            shutil.rmtree(directory, ignore_errors=True)
 
 
 async def run_exec(client: DaemonClient, box: str, argv: list[str], **kwargs: object) -> dict:

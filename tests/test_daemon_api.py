@@ -267,3 +267,18 @@ def _real_guest():
     from tkbox_daemon.boxes.manager import GUEST_DIR
 
     return GUEST_DIR
+
+
+async def test_stop_saves_the_patch_and_a_removed_box_keeps_its_events(tmp_path):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        await _create(client, tmp_path)
+        box = daemon.manager.get("t1")
+        upper = box.layers_dir / "upper"
+        (upper / "new.txt").write_text("made in the box\n")  # what a job's write leaves in the upper layer
+        await client.stop_box("t1")
+        saved = await client.diff("t1")
+        assert saved["source"] == "saved" and "+made in the box" in saved["patch"]
+        assert [entry["path"] for entry in saved["summary"]] == ["new.txt"]
+        await client.remove_box("t1")
+        kinds = [event.kind for event in await client.stored_events(box="t1")]
+        assert "patch.saved" in kinds and kinds[-1] == "box.removed"

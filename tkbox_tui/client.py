@@ -6,6 +6,7 @@ arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``Dae
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 from collections.abc import AsyncIterator
@@ -15,6 +16,8 @@ from typing import Any
 import aiohttp
 
 from tkbox_daemon.wire import API_VERSION, BoxInfo, Event, daemon_runtime_dir
+
+STDIN_CHUNK = 64 * 1024
 
 
 class DaemonError(RuntimeError):
@@ -130,6 +133,8 @@ class ExecCall:
         self.client = client
         self.ref = ref
         self.ws: aiohttp.ClientWebSocketResponse | None = None
+        self._credit = 0
+        self._credit_arrived = asyncio.Event()
 
     async def start(self, argv: list[str], *, cwd: str = "/workspace", env: dict[str, str] | None = None,
                     stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None) -> None:
@@ -150,8 +155,21 @@ class ExecCall:
         await self.ws.send_json(message)
 
     async def send_stdin(self, data: bytes) -> None:
+        """Send stdin within the daemon's credit (granted at start, returned as the process takes it)."""
         assert self.ws is not None
-        await self.ws.send_bytes(data)
+        view = memoryview(data)
+        while view:
+            while self._credit <= 0:
+                self._credit_arrived.clear()
+                await self._credit_arrived.wait()
+            size = min(len(view), self._credit, STDIN_CHUNK)
+            self._credit -= size
+            await self.ws.send_bytes(bytes(view[:size]))
+            view = view[size:]
+
+    def _grant(self, count: int) -> None:
+        self._credit += count
+        self._credit_arrived.set()
 
     async def close_stdin(self) -> None:
         assert self.ws is not None
@@ -165,7 +183,13 @@ class ExecCall:
         assert self.ws is not None
         async for message in self.ws:
             if message.type == aiohttp.WSMsgType.TEXT:
-                yield json.loads(message.data)
+                decoded = json.loads(message.data)
+                if decoded.get("type") == "stdin_credit":
+                    self._grant(int(decoded["bytes"]))
+                    continue
+                if decoded.get("type") == "started":
+                    self._grant(int(decoded.get("stdin_window", 0)))
+                yield decoded
             elif message.type == aiohttp.WSMsgType.BINARY:
                 yield message.data[0], message.data[1:]
             else:

@@ -4,8 +4,13 @@ Client → daemon: a first text message ``{"type":"start", "argv", "cwd", "env",
 "stdin_data": <base64, with upfront>, "timeout": <seconds>}``; then binary messages of stdin (stream mode),
 ``{"type":"stdin_eof"}`` and ``{"type":"signal","signal":"INT"|"TERM"|"KILL"|"HUP"}``.
 Daemon → client: ``{"type":"decision", …}``; then either ``{"type":"denied", "exit_code":126, …}`` or
-``{"type":"started"}``, binary output frames (first byte 1 = stdout, 2 = stderr), and ``{"type":"exit", …}``.
-A client that goes away stops its process.
+``{"type":"started", "stdin_window": N}``, binary output frames (first byte 1 = stdout, 2 = stderr),
+``{"type":"stdin_credit", "bytes": n}`` as stdin reaches the process, and ``{"type":"exit", …}``.
+
+Stdin is credit-based: the client may have at most ``stdin_window`` bytes sent and not yet credited back.  So the
+daemon never has to stop reading the socket to hold stdin back, and a signal, ``stdin_eof`` or the client going
+away is always seen at once — even when the process never reads its stdin.  A client that goes away stops its
+process.
 """
 
 from __future__ import annotations
@@ -29,6 +34,7 @@ from .keys import MANAGER
 
 routes = web.RouteTableDef()
 MAX_CONTROL_BYTES = 2 << 20
+STDIN_WINDOW = 1 << 20  # stdin bytes a client may have in flight before the daemon credits them back
 SIGNALS = {"INT": 2, "TERM": 15, "KILL": 9, "HUP": 1}
 
 
@@ -83,7 +89,7 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
             await socket.send_json({"type": "denied", "exit_code": 126, **denied.decision})
             return socket
         await socket.send_json({"type": "decision", **decision})
-        await socket.send_json({"type": "started"})
+        await socket.send_json({"type": "started", "stdin_window": STDIN_WINDOW})
         pump = spawn(_client_to_session(socket, session), name="exec-stdin")
         try:
             async for item in session.outputs():
@@ -115,19 +121,47 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
 
 
 async def _client_to_session(socket: web.WebSocketResponse, session: Any) -> None:
-    """Stdin and signals from the client; when the client goes away, its process is stopped."""
-    async for message in socket:
-        if message.type == WSMsgType.BINARY:
-            await session.write_stdin(message.data)
-        elif message.type == WSMsgType.TEXT:
-            try:
-                control = json.loads(message.data)
-            except ValueError:
-                continue
-            if control.get("type") == "stdin_eof":
-                await session.close_stdin()
-            elif control.get("type") == "signal" and control.get("signal") in SIGNALS:
-                await session.signal(SIGNALS[control["signal"]])
-        else:
-            break
-    await session.abort()
+    """Read the client without ever blocking on the process: stdin within its credit, signals, its going away."""
+    window = StdinCredit()
+    pending: asyncio.Queue[bytes | None] = asyncio.Queue()
+    forwarder = spawn(_forward_stdin(socket, session, pending, window), name="exec-stdin-forward")
+    try:
+        async for message in socket:
+            if message.type == WSMsgType.BINARY:
+                if len(message.data) > window.available:
+                    await socket.send_json({"type": "error", "code": "stdin_window",
+                                            "message": "stdin sent beyond the credit the daemon gave"})
+                    break
+                window.available -= len(message.data)
+                pending.put_nowait(message.data)
+            elif message.type == WSMsgType.TEXT:
+                try:
+                    control = json.loads(message.data)
+                except ValueError:
+                    continue
+                if control.get("type") == "stdin_eof":
+                    pending.put_nowait(None)
+                elif control.get("type") == "signal" and control.get("signal") in SIGNALS:
+                    await session.signal(SIGNALS[control["signal"]])
+            else:
+                break
+    finally:
+        forwarder.cancel()
+        await session.abort()
+
+
+class StdinCredit:
+    """Stdin bytes the client may still send; what reaches the process is credited back."""
+
+    def __init__(self) -> None:
+        self.available = STDIN_WINDOW
+
+
+async def _forward_stdin(socket: web.WebSocketResponse, session: Any, pending: asyncio.Queue[bytes | None],
+                         window: StdinCredit) -> None:
+    while (chunk := await pending.get()) is not None:
+        await session.write_stdin(chunk)
+        window.available += len(chunk)
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_json({"type": "stdin_credit", "bytes": len(chunk)})
+    await session.close_stdin()

@@ -65,6 +65,7 @@ class Box:
         self.expires_at = _iso(created + timedelta(seconds=settings.limit("lifetime")))
         self._started_monotonic = time.monotonic()
         self.state_dir = manager.config.paths.box_state(box_id)
+        self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
         self.recorder: RunRecorder | None = None
         self.process: BoxProcess | None = None
@@ -90,6 +91,7 @@ class Box:
             execs_running=len(self.execs), execs_total=self.execs_total, last_event=self.last_event,
             allow=list(self.settings.allow), secrets=self.settings.public()["secrets"],
             limits=self.settings.public()["limits"], backend=self.manager.backend.name, reason=self.reason,
+            pid=self.process.pid if self.process is not None and self.state in ("running", "held") else None,
         )
 
     def set_state(self, state: str, reason: str = "") -> None:
@@ -104,7 +106,8 @@ class Box:
     async def create(self, backend: BoxBackend) -> None:
         """Register the run, build the workspace and /etc, start the box and wait for its guest."""
         self.state_dir.mkdir(parents=True, mode=0o700)
-        self.runtime_dir.mkdir(parents=True, mode=0o700)
+        self.layers_dir.mkdir(mode=0o711)
+        self.runtime_dir.mkdir(mode=0o700)
         self.manager.events.attach_box(self.id, self.state_dir)
         self.emit("box.created", {"name": self.settings.name, "workspace": str(self.settings.workspace),
                                   "image": self.settings.image})
@@ -125,7 +128,7 @@ class Box:
         await agent.start()
         try:
             spec = BoxSpec(
-                box_id=self.id, state_dir=self.state_dir / "backend", base_dir=layers["base"],
+                box_id=self.id, state_dir=self.layers_dir / "backend", base_dir=layers["base"],
                 upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
                 channels={"boot": boot.path, "agent": agent.path},
                 guest_dir=self.manager.guest_dir,
@@ -151,7 +154,7 @@ class Box:
     def _prepare_layers(self) -> dict[str, Path]:
         from ..box.workspace import build_base
 
-        layers = {name: self.state_dir / name for name in ("base", "upper", "work", "etc")}
+        layers = {name: self.layers_dir / name for name in ("base", "upper", "work", "etc")}
         summary = build_base(self.settings.workspace, layers["base"], box_uid=self.uid,
                              max_files=self.settings.limit("workspace_files"),
                              max_bytes=self.settings.limit("workspace_bytes"))
@@ -161,7 +164,7 @@ class Box:
         for name in ("upper", "work"):
             layers[name].mkdir(mode=0o755)
             os.chown(layers[name], self.uid, self.uid)
-        (self.state_dir / "backend").mkdir(mode=0o700)
+        (self.layers_dir / "backend").mkdir(mode=0o711)  # bubblewrap, as the box uid, resolves mounts below it
         generate_etc(layers["etc"], hostname=self.settings.name[:63],
                      uses_host_usr=not self.settings.image.startswith("dir:"))
         return layers
@@ -228,7 +231,7 @@ class Box:
 
     # ---- patch -------------------------------------------------------------------------
     async def live_patch(self) -> tuple[bytes, list[dict[str, Any]]]:
-        if self.link is None or self.state not in ("running", "held"):
+        if self.link is None or self.state not in ("running", "held", "stopping"):
             raise BoxOperationError(409, "box_not_running", "the box is not running; its saved patch is shown")
         reply = await self.link.request("diff", data_limit=limits.PATCH_SIZE.default)
         if reply.get("ok") is False:
@@ -299,8 +302,7 @@ class Box:
         await self.stop("removed", save_patch=self.state in ("running", "held"))
         await self.close_run("box removed")
         self.manager.events.detach_box(self.id)
-        for name in ("base", "upper", "work", "etc", "backend"):
-            await asyncio.to_thread(shutil.rmtree, self.state_dir / name, True)
+        await asyncio.to_thread(shutil.rmtree, self.layers_dir, True)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         self.set_state("removed")
 

@@ -22,6 +22,18 @@ from .guest_link import GuestFailure
 from .settings import SettingsError, parse_settings
 
 GUEST_DIR = Path(__file__).resolve().parents[2] / "guest"
+
+
+def install_guest(source: Path, target: Path) -> Path:
+    """Copy the guest agent's code where every box can read it (0755, root's), fixed for the daemon's life."""
+    import shutil
+
+    if target.exists():
+        shutil.rmtree(target)
+    shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    for path in (target, *target.rglob("*")):
+        path.chmod(0o755 if path.is_dir() else 0o644)
+    return target
 LIVE_STATES = ("creating", "running", "held", "stopping")
 
 
@@ -35,6 +47,7 @@ class BoxManager:
         self.guest_dir = guest_dir
         self.boxes: dict[str, Box] = {}
         self.uids = UidAllocator(config.paths.state_dir / "uids")
+        self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
 
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
@@ -54,7 +67,13 @@ class BoxManager:
         return box
 
     def resolve_id(self, ref: str) -> str:
-        return self.get(ref).id
+        """A box id for ``ref`` (id or name), removed boxes included: their events stay readable."""
+        if ref in self.boxes:
+            return ref
+        named = [box for box in self.boxes.values() if box.settings.name == ref]
+        if not named:
+            raise not_found(f"box {ref!r}")
+        return named[-1].id
 
     async def create(self, raw: dict[str, Any]) -> BoxInfo:
         try:

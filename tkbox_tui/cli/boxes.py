@@ -178,10 +178,9 @@ async def _drive_exec(call: Any, stream: bool) -> int:
 
 
 async def _feed_stdin(call: Any) -> None:
-    loop = asyncio.get_running_loop()
-    reader = asyncio.StreamReader()
-    await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), sys.stdin)
-    while chunk := await reader.read(64 * 1024):
+    """Forward our stdin (a pipe, a file or /dev/null: read in a thread, which works for all of them)."""
+    source = sys.stdin.buffer
+    while chunk := await asyncio.to_thread(source.read1, 64 * 1024):
         await call.send_stdin(chunk)
     await call.close_stdin()
 

@@ -1,0 +1,78 @@
+"""A real signer and a real ``tkbox daemon`` process for end-to-end tests, with real boxes."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from e2e.signer_process import TKBOX, tkbox
+from tkbox_daemon.config import DaemonPaths
+
+START_TIMEOUT = 30.0
+
+
+@dataclass
+class DaemonProcess:
+    process: subprocess.Popen
+    paths: DaemonPaths
+    log: Path
+
+    def stop(self) -> int:
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGTERM)
+        return self.process.wait(60)
+
+
+def wait_for_daemon(paths: DaemonPaths, process: subprocess.Popen, log: Path) -> None:
+    deadline = time.monotonic() + START_TIMEOUT
+    while time.monotonic() < deadline:
+        if process.poll() is not None:
+            raise AssertionError(f"the daemon exited {process.returncode}:\n{log.read_text()}")
+        if paths.api_socket.exists() and tkbox("ls", "--json", check=False).returncode == 0:
+            return
+        time.sleep(0.05)  # noqa: sleep-ok - waiting for another process to open its socket
+    raise AssertionError(f"the daemon did not answer:\n{log.read_text()}")
+
+
+@contextmanager
+def daemon_process(*args: str, backend: str = "bwrap") -> Iterator[DaemonProcess]:
+    paths = DaemonPaths.from_env()
+    log = paths.state_dir.parent / "daemon.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "wb") as output:
+        process = subprocess.Popen([TKBOX, "daemon", "--backend", backend, *args], stdout=output, stderr=output)
+    daemon = DaemonProcess(process, paths, log)
+    try:
+        wait_for_daemon(paths, process, log)
+        yield daemon
+    finally:
+        daemon.stop()
+        for directory in (paths.layers_root, paths.channels_root):
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def make_checkout(base: Path) -> Path:
+    """A real git checkout: a tracked file, an ignored .env, an untracked-but-not-ignored file."""
+    checkout = base / "checkout"
+    checkout.mkdir()
+    env = {**os.environ, "GIT_CONFIG_NOSYSTEM": "1", "HOME": str(base)}
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True, env=env)
+    (checkout / "tracked.txt").write_text("tracked\n")
+    (checkout / ".gitignore").write_text(".env\n")
+    (checkout / ".env").write_text("API_KEY=do-not-copy\n")
+    (checkout / "untracked.txt").write_text("untracked\n")
+    subprocess.run(["git", "-C", str(checkout), "add", "tracked.txt", ".gitignore"], check=True, env=env)
+    return checkout
+
+
+def events(box: str | None = None) -> list[dict]:
+    result = tkbox("events", *([box] if box else []), "--json")
+    return [json.loads(line) for line in result.stdout.splitlines()]
