@@ -154,7 +154,11 @@ class Box:
     def _prepare_layers(self) -> dict[str, Path]:
         from ..box.workspace import build_base
 
-        layers = {name: self.layers_dir / name for name in ("base", "upper", "work", "etc")}
+        layers = {name: self.layers_dir / name for name in ("base", "upper", "work")}
+        layers["etc"] = self.manager.etc_dir
+        if self.settings.image.startswith("dir:"):  # an image brings its own /usr: no host loader cache in /etc
+            layers["etc"] = self.layers_dir / "etc"
+            generate_etc(layers["etc"], hostname="box", uses_host_usr=False)
         summary = build_base(self.settings.workspace, layers["base"], box_uid=self.uid,
                              max_files=self.settings.limit("workspace_files"),
                              max_bytes=self.settings.limit("workspace_bytes"))
@@ -165,8 +169,6 @@ class Box:
             layers[name].mkdir(mode=0o755)
             os.chown(layers[name], self.uid, self.uid)
         (self.layers_dir / "backend").mkdir(mode=0o711)  # bubblewrap, as the box uid, resolves mounts below it
-        generate_etc(layers["etc"], hostname=self.settings.name[:63],
-                     uses_host_usr=not self.settings.image.startswith("dir:"))
         return layers
 
     def _boot_config(self, backend: BoxBackend, layers: dict[str, Path]) -> dict[str, Any]:

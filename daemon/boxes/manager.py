@@ -4,19 +4,21 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import subprocess
 from pathlib import Path
 from typing import Any
 
 from .. import limits
 from ..api.errors import ApiError, not_found
 from ..box.backend import BoxBackend, BoxError
+from ..box.etcgen import generate_etc
 from ..box.uids import UidAllocator, UidsExhausted
 from ..config import DaemonConfig
 from ..doors.commands import ExecRefused
 from ..events import EventBus
 from ..signer_link import AsyncSignerClient, SignerCallError
 from ..wire import BoxInfo
-from .box import Box, BoxOperationError
+from .box import GUEST_ARGV, Box, BoxOperationError
 from .channels import ChannelError
 from .guest_link import GuestFailure
 from .settings import SettingsError, parse_settings
@@ -31,10 +33,26 @@ def install_guest(source: Path, target: Path) -> Path:
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
+    # Byte-compile with the interpreter boxes run, so a box (which cannot write there) starts without compiling.
+    box_python = Path(GUEST_INTERPRETER)
+    if box_python.exists():
+        subprocess.run([str(box_python), "-I", "-m", "compileall", "-q", str(target)], check=False,
+                       stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, timeout=120)
     for path in (target, *target.rglob("*")):
         path.chmod(0o755 if path.is_dir() else 0o644)
     return target
+
+
+def install_etc(target: Path) -> Path:
+    """The generated /etc every box of this daemon shares read-only (the same for all: hostname is "box")."""
+    import shutil
+
+    if target.exists():
+        shutil.rmtree(target)
+    generate_etc(target, hostname="box")
+    return target
 LIVE_STATES = ("creating", "running", "held", "stopping")
+GUEST_INTERPRETER = GUEST_ARGV[0]
 
 
 class BoxManager:
@@ -48,6 +66,7 @@ class BoxManager:
         self.boxes: dict[str, Box] = {}
         self.uids = UidAllocator(config.paths.state_dir / "uids")
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
+        self.etc_dir = install_etc(config.paths.layers_root / "etc")
 
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
