@@ -19,6 +19,7 @@ class Limit:
     unit: str
     what: str
     how_to_raise: str
+    enforced_by: str = ""  # empty: enforced now; else the part of tkbox that will enforce it (not built yet)
 
     def refusal(self, detail: str = "") -> str:
         text = f"limit {self.name} ({self.default} {self.unit}) reached"
@@ -30,7 +31,7 @@ class Limit:
 BOX_VCPUS = Limit("box_vcpus", 2, "CPUs", "CPU share of one box", "tkbox run --cpus N or limits.cpus in tkbox.yaml")
 BOX_MEMORY = Limit("box_memory", 2 * GIB, "bytes", "memory of one box", "tkbox run --memory SIZE or limits.memory")
 BOX_DISK = Limit("box_disk", 4 * GIB, "bytes", "workspace upper layer and tmpfs of one box",
-                 "tkbox run --disk SIZE or limits.disk")
+                 "limits.disk (with the VM backend)", enforced_by="the VM backend's workspace disk")
 BOX_PIDS = Limit("box_pids", 1024, "processes", "processes in one box", "tkbox run --pids N or limits.pids")
 BOX_LIFETIME = Limit("box_lifetime", 3600, "seconds", "a box's lifetime before it is stopped",
                      "tkbox run --lifetime SECONDS or limits.lifetime")
@@ -41,13 +42,13 @@ BOXES_PER_DAEMON = Limit("boxes_per_daemon", 8, "boxes", "boxes alive at once in
 EXECS_PER_BOX = Limit("execs_per_box", 64, "commands", "commands running at once in one box",
                       "limits.execs in tkbox.yaml")
 CONNECTIONS_PER_BOX = Limit("connections_per_box", 256, "connections", "open egress connections of one box",
-                            "limits.connections in tkbox.yaml")
+                            "limits.connections in tkbox.yaml", enforced_by="the egress door")
 PENDING_APPROVALS_PER_BOX = Limit("pending_approvals_per_box", 16, "approvals", "approvals waiting for a person",
-                                  "answer or reject pending approvals")
+                                  "answer or reject pending approvals", enforced_by="the egress door")
 APPROVALS_PER_MINUTE = Limit("approvals_per_minute", 30, "approvals", "new approvals opened per minute per box",
-                             "wait a minute, or add the host to the allowlist")
+                             "wait a minute, or add the host to the allowlist", enforced_by="the egress door")
 APPROVAL_WAIT = Limit("approval_wait", 120, "seconds", "how long a held connection waits for a person",
-                      "answer sooner; the wait is fixed")
+                      "answer sooner; the wait is fixed", enforced_by="the egress door")
 STDIN_UPFRONT = Limit("stdin_upfront", 1 * MIB, "bytes", "stdin given up front (decided with the command)",
                       "stream larger input instead (tkbox exec reads stdin as a stream)")
 STDIN_TEXT_IN_DECISION = Limit("stdin_text_in_decision", 4 * KIB, "bytes",
@@ -63,10 +64,32 @@ WORKSPACE_FILES = Limit("workspace_files", 200_000, "files", "files copied into 
 WORKSPACE_BYTES = Limit("workspace_bytes", 2 * GIB, "bytes", "bytes copied into a box's workspace",
                         "tkbox run --max-workspace SIZE or limits.workspace_bytes")
 EGRESS_REFUSALS_PER_SECOND = Limit("egress_refusals_per_second", 20, "records",
-                                   "box refusals recorded one by one per second", "fixed; the rest are counted")
+                                   "box refusals recorded one by one per second", "fixed; the rest are counted",
+                                   enforced_by="the egress door")
 CONTAINMENT_POLL_EARLY = Limit("containment_poll_early", 2, "seconds", "containment poll in a box's first minute",
                                "fixed")
 CONTAINMENT_POLL_LATER = Limit("containment_poll_later", 15, "seconds", "containment poll after the first minute",
                                "fixed")
 
 ALL_LIMITS: tuple[Limit, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Limit))
+
+
+def markdown_table() -> str:
+    """The limits table of docs/limits.md, generated from the constants above (a test keeps them equal)."""
+    rows = ["| limit | default | what it bounds | how to raise it | enforced |", "|---|---|---|---|---|"]
+    for limit in ALL_LIMITS:
+        status = f"not yet: comes with {limit.enforced_by}" if limit.enforced_by else "yes"
+        rows.append(f"| `{limit.name}` | {_shown(limit)} | {limit.what} | {limit.how_to_raise} | {status} |")
+    return "\n".join(rows) + "\n"
+
+
+def _shown(limit: Limit) -> str:
+    if limit.unit == "bytes":
+        for size, suffix in ((GIB, "GiB"), (MIB, "MiB"), (KIB, "KiB")):
+            if limit.default % size == 0:
+                return f"{limit.default // size} {suffix}"
+    return f"{limit.default:,} {limit.unit}"
+
+
+if __name__ == "__main__":
+    print(markdown_table(), end="")

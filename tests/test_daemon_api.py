@@ -33,6 +33,9 @@ async def test_create_exec_and_see_the_events(tmp_path):
         assert kinds[-2:] == ["exec.started", "exec.finished"]
         listed = await client.boxes()
         assert [b.name for b in listed] == ["t1"] and listed[0].execs_total == 1
+        await client.remove_box("t1")  # closing the run waits for the completion recorded in the background
+        run = daemon.signer.service.book.runs[info.run_id]
+        assert run.closed and run.pending_decisions == 0 and len(run.decisions) == 1
 
 
 async def test_a_denied_command_exits_126_with_the_rule_and_never_runs(tmp_path):

@@ -224,9 +224,9 @@ class Box:
         self.execs_total += 1
         return handle
 
-    async def complete_exec(self, session: ExecSession, **fields: Any) -> None:
+    def complete_exec_soon(self, session: ExecSession, **fields: Any) -> None:
         if self.recorder is not None and session.decision_id:
-            await self.recorder.complete(session.decision_id, **fields)
+            self.recorder.complete_soon(session.decision_id, **fields)
 
     def exec_done(self, session: ExecSession) -> None:
         self.execs.discard(session)

@@ -142,6 +142,8 @@ class ExecSession:
             await self._to_client.put(item)
 
     async def _finish(self, status: str, exit_code: int | None, exit_info: dict[str, Any]) -> None:
+        """Record the completion (in the background: the command has already ended, and the run will not close
+        before the completion is answered) and tell the operator."""
         if self._finished:
             return
         self._finished = True
@@ -150,7 +152,7 @@ class ExecSession:
             stdin = {"sha256": "sha256:" + self._stdin_hash.hexdigest(), "size": self._stdin_bytes}
         digest = "sha256:" + hashlib.sha256(strictjson.canonical(
             {"tool": "Bash", "args": decision_args(self.request)})).hexdigest()
-        await self.box.complete_exec(self, status=status, exit_code=exit_code, stdin=stdin, args_digest=digest)
+        self.box.complete_exec_soon(self, status=status, exit_code=exit_code, stdin=stdin, args_digest=digest)
         self.box.emit("exec.finished", {"command": self.command, "decision_id": self.decision_id, **exit_info,
                                         **({"stdin": stdin} if stdin else {})})
 

@@ -91,8 +91,7 @@ class RunRecorder:
         """The signer's decision; an unreachable or failing signer is a refusal, never an allow."""
         if self.closed:
             return Decision("deny", "deny", None, ("TK-RUN-CLOSED",), "the box's run is closed; nothing more runs")
-        self._in_flight += 1
-        self._idle.clear()
+        self._begin()
         try:
             reply = await self.signer.call("decide", request_id=new_request_id(), **self._run, tool=tool, args=args)
         except SignerUnreachable as exc:
@@ -106,9 +105,7 @@ class RunRecorder:
             return Decision("deny", "deny", None, (f"TK-SIGNER-{exc.code.upper()}",),
                             f"the signer refused to decide: {exc.message}")
         finally:
-            self._in_flight -= 1
-            if not self._in_flight:
-                self._idle.set()
+            self._end()
         return Decision(reply["decision"], reply["verdict"], reply["decision_id"], tuple(reply["rule_ids"]),
                         reply["reason"], reply.get("hint"), bool(reply.get("incident")))
 
@@ -121,12 +118,38 @@ class RunRecorder:
             fields["stdin"] = stdin
         if args_digest is not None:
             fields["args_digest"] = args_digest
+        await self._complete(decision_id, fields)
+
+    def complete_soon(self, decision_id: str, **kwargs: Any) -> None:
+        """Record a completion in the background; ``close`` waits for it (it is counted in flight from now)."""
+        self._begin()
+        spawn(self._complete_counted(decision_id, **kwargs), name=f"complete-{decision_id}")
+
+    async def _complete_counted(self, decision_id: str, **kwargs: Any) -> None:
+        try:
+            await self.complete(decision_id, **kwargs)
+        finally:
+            self._end()
+
+    async def _complete(self, decision_id: str, fields: dict[str, Any]) -> None:
+        self._begin()
         try:
             await self.signer.call("complete", request_id=new_request_id(), **self._run, **fields)
         except SignerCallError as exc:
             self.gaps.add("complete")
             self.on_event("gap", {"kind": "complete", "decision_id": decision_id, "reason": exc.message,
                                   "count": self.gaps.counts["complete"]})
+        finally:
+            self._end()
+
+    def _begin(self) -> None:
+        self._in_flight += 1
+        self._idle.clear()
+
+    def _end(self) -> None:
+        self._in_flight -= 1
+        if not self._in_flight:
+            self._idle.set()
 
     def observe_must_keep(self, source: str, value: Any, trust: str = "untrusted") -> None:
         """Queue a must-keep observation; a full queue stops the box and is counted as a gap."""
@@ -162,7 +185,7 @@ class RunRecorder:
         return await self.signer.call("containment", **self._run)
 
     async def close(self, reason: str) -> None:
-        """Close the run once every decision in flight has been answered (waiting briefly)."""
+        """Close the run once every decision and completion in flight has been answered (waiting briefly)."""
         if self.closed or self.run_id is None:
             return
         with contextlib.suppress(TimeoutError):

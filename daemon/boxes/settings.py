@@ -22,7 +22,7 @@ SECRET_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}\Z", re.ASCII)
 SECRET_SPEC = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{0,63})=env:(?P<var>[A-Za-z_][A-Za-z0-9_]{0,127})@(?P<hosts>[^@]+)\Z", re.ASCII)
 LIMIT_FIELDS = {
     "memory": limits.BOX_MEMORY, "cpus": limits.BOX_VCPUS, "pids": limits.BOX_PIDS, "lifetime": limits.BOX_LIFETIME,
-    "exec_timeout": limits.EXEC_TIMEOUT, "disk": limits.BOX_DISK, "execs": limits.EXECS_PER_BOX,
+    "exec_timeout": limits.EXEC_TIMEOUT, "execs": limits.EXECS_PER_BOX,
     "workspace_files": limits.WORKSPACE_FILES, "workspace_bytes": limits.WORKSPACE_BYTES,
 }
 SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "secrets", "limits", "task"}
