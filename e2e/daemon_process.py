@@ -7,7 +7,7 @@ import os
 import shutil
 import signal
 import subprocess
-import time
+import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -15,8 +15,6 @@ from pathlib import Path
 
 from e2e.signer_process import TKBOX, tkbox
 from tkbox_daemon.config import DaemonPaths
-
-START_TIMEOUT = 30.0
 
 
 @dataclass
@@ -31,15 +29,26 @@ class DaemonProcess:
         return self.process.wait(60)
 
 
-def wait_for_daemon(paths: DaemonPaths, process: subprocess.Popen, log: Path) -> None:
-    deadline = time.monotonic() + START_TIMEOUT
-    while time.monotonic() < deadline:
-        if process.poll() is not None:
-            raise AssertionError(f"the daemon exited {process.returncode}:\n{log.read_text()}")
-        if paths.api_socket.exists() and tkbox("ls", "--json", check=False).returncode == 0:
-            return
-        time.sleep(0.05)  # noqa: sleep-ok - waiting for another process to open its socket
-    raise AssertionError(f"the daemon did not answer:\n{log.read_text()}")
+def wait_for_daemon(process: subprocess.Popen, log: Path) -> None:
+    """Read the daemon's log lines as they come until it says it serves (no polling); keep copying the rest."""
+    assert process.stderr is not None
+    seen: list[bytes] = []
+    with open(log, "ab") as output:
+        for line in process.stderr:
+            output.write(line)
+            seen.append(line)
+            if b"serving on" in line:
+                break
+        else:
+            raise AssertionError(f"the daemon exited {process.wait(30)} before serving:\n"
+                                 + b"".join(seen).decode(errors="replace"))
+    threading.Thread(target=_copy_rest, args=(process.stderr, log), daemon=True).start()
+
+
+def _copy_rest(stream: object, log: Path) -> None:
+    with open(log, "ab") as output:
+        for line in stream:  # type: ignore[attr-defined]
+            output.write(line)
 
 
 @contextmanager
@@ -47,11 +56,11 @@ def daemon_process(*args: str, backend: str = "bwrap") -> Iterator[DaemonProcess
     paths = DaemonPaths.from_env()
     log = paths.state_dir.parent / "daemon.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    with open(log, "wb") as output:
-        process = subprocess.Popen([TKBOX, "daemon", "--backend", backend, *args], stdout=output, stderr=output)
+    process = subprocess.Popen([TKBOX, "daemon", "--backend", backend, *args], stdout=subprocess.DEVNULL,
+                               stderr=subprocess.PIPE)
     daemon = DaemonProcess(process, paths, log)
     try:
-        wait_for_daemon(paths, process, log)
+        wait_for_daemon(process, log)
         yield daemon
     finally:
         daemon.stop()

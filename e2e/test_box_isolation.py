@@ -571,6 +571,9 @@ async def test_the_box_dies_with_its_supervisor(lab, paused):
         _remove_leftover_groups(spec.box_id)
 
 
+CLEANUP_RETRY_SECONDS = 0.01
+
+
 def _remove_leftover_groups(box_id: str) -> None:
     """Cleanup only: the dead supervisor cannot remove its box's cgroups; the host's init reaps the launcher
     zombie (which still counts in the group) in its own time."""
@@ -578,4 +581,4 @@ def _remove_leftover_groups(box_id: str) -> None:
     for _ in range(500):
         if leftovers.remove():
             return
-        time.sleep(0.01)
+        time.sleep(CLEANUP_RETRY_SECONDS)  # no event tells when the host's init has reaped it
