@@ -162,3 +162,25 @@ def test_the_daemon_refuses_to_start_without_a_signer(tmp_path):
     result = subprocess.run([TKBOX, "daemon"], capture_output=True, text=True, timeout=60)
     assert result.returncode == 2
     assert "tkbox signer up" in result.stderr and "--unrecorded" in result.stderr
+
+
+def test_daemon_shutdown_stops_every_box_closes_every_run_and_loses_no_event(box):
+    from tkbox_daemon.signer.client import SignerClient, SignerError, new_request_id
+    from tkbox_daemon.signer.paths import SignerPaths
+
+    run("echo", "before shutdown")
+    before = events()
+    assert box["daemon"].stop() == 0
+    from tkbox_daemon.config import DaemonPaths
+
+    lines = (DaemonPaths.from_env().state_dir / "events.jsonl").read_text().splitlines()
+    stored = [json.loads(line) for line in lines]
+    seqs = [event["seq"] for event in stored]
+    assert seqs == list(range(1, len(seqs) + 1))  # no gap, no repeat
+    assert [e["seq"] for e in before] == seqs[: len(before)]
+    kinds = [event["kind"] for event in stored[len(before):]]
+    assert "daemon.stopping" in kinds and "box.stopped" in kinds
+    with SignerClient(SignerPaths.from_env().socket) as signer:
+        with pytest.raises(SignerError) as closed:
+            signer.call("hold", request_id=new_request_id(), run_id=box["info"]["run_id"])
+    assert closed.value.code == "run_closed"

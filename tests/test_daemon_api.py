@@ -285,3 +285,17 @@ async def test_stop_saves_the_patch_and_a_removed_box_keeps_its_events(tmp_path)
         await client.remove_box("t1")
         kinds = [event.kind for event in await client.stored_events(box="t1")]
         assert "patch.saved" in kinds and kinds[-1] == "box.removed"
+
+
+async def test_a_must_keep_record_the_signer_refuses_stops_the_box_and_is_counted_as_a_gap(tmp_path):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        info = await _create(client, tmp_path)
+        box = daemon.manager.get("t1")
+        follower = asyncio.ensure_future(_next_event(client, "box.stopped"))  # noqa: TID251
+        assert info.recorded
+        daemon.signer.service.store.error = "the disk is full"  # what a failed write leaves: every append refused
+        box.recorder.observe_must_keep("tkbox.secret.use", {"name": "GH", "host": "api.github.com"})
+        stopped = await asyncio.wait_for(follower, 30)
+        assert "must-keep" in stopped.data["reason"]
+        gaps = [e for e in await client.stored_events(box="t1") if e.kind == "gap"]
+        assert gaps and gaps[0].data["kind"] == "must_keep" and gaps[0].data["source"] == "tkbox.secret.use"

@@ -178,21 +178,28 @@ class RunRecorder:
                                    trust="trusted", value={"lost": source, "reason": reason,
                                                            "counts": self.gaps.counts}, must_keep=True)
         except SignerCallError:
-            await self.close(f"lost a must-keep record ({source}: {reason}) and could not record the loss")
+            try:
+                await self.close(f"lost a must-keep record ({source}: {reason}) and could not record the loss",
+                                 wait=False)
+            except SignerCallError as exc:
+                self.on_event("gap", {"kind": "close_run", "reason": exc.message})
         await self.stop_box(f"a must-keep record could not be kept ({source}: {reason})")
 
     async def containment(self) -> dict[str, Any]:
         return await self.signer.call("containment", **self._run)
 
-    async def close(self, reason: str) -> None:
-        """Close the run once every decision and completion in flight has been answered (waiting briefly)."""
+    async def close(self, reason: str, *, wait: bool = True) -> None:
+        """Close the run once every decision, completion and must-keep record in flight has been answered (waiting
+        briefly); ``wait=False`` closes at once (the loss path, which runs inside the must-keep queue itself)."""
         if self.closed or self.run_id is None:
             return
-        with contextlib.suppress(TimeoutError):
-            await asyncio.wait_for(self._idle.wait(), 10)
-        if self._must_keep_task is not None:
+        if wait:
             with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(self._must_keep.join(), 10)
+                await asyncio.wait_for(self._idle.wait(), 10)
+            if self._must_keep_task is not None:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._must_keep.join(), 10)
+        if self._must_keep_task is not None and self._must_keep_task is not asyncio.current_task():
             self._must_keep_task.cancel()
         if self.gaps.counts:
             with contextlib.suppress(SignerCallError):

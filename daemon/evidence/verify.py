@@ -92,16 +92,17 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
     checks.append(layout)
 
     evidence = Evidence(trust, entries, manifest)
-    framed = {}
+    framed, line_counts = {}, {}
     for name in (KEY_RECORDS, RUN_RECORDS):
         try:
-            check_framing(entries[name], name)
+            line_counts[name] = check_framing(entries[name], name)
             framed[name] = entries[name]
         except RecordError as exc:
             evidence.file_errors[name] = str(exc)
     pinned = {key.kid: key.public_key for key in trust.record_keys if key.alg in trust.algs}
     record_check = RecordCheck([framed.get(KEY_RECORDS, b""), framed.get(RUN_RECORDS, b"")], pinned,
-                               parallel_min=parallel_min, workers=workers)
+                               parallel_min=parallel_min, workers=workers,
+                               line_counts=[line_counts.get(KEY_RECORDS, 0), line_counts.get(RUN_RECORDS, 0)])
     try:
         # While the pool (if any) checks records: proofs, manifest and checkpoint, then
         # inclusion of each chunk of records as it comes back.
