@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 
@@ -184,3 +185,22 @@ def test_daemon_shutdown_stops_every_box_closes_every_run_and_loses_no_event(box
         with pytest.raises(SignerError) as closed:
             signer.call("hold", request_id=new_request_id(), run_id=box["info"]["run_id"])
     assert closed.value.code == "run_closed"
+
+
+def test_up_starts_signer_daemon_and_a_demo_box_reuses_them_and_down_stops_them(tmp_path, monkeypatch):
+    checkout = make_checkout(tmp_path)
+    monkeypatch.chdir(checkout)
+    first = tkbox_json("up", "--backend", "bwrap")
+    assert first["signer"]["started"] and first["daemon"]["started"] and first["demo_box"] == "demo"
+    again = tkbox_json("up")
+    assert not again["signer"]["started"] and not again["daemon"]["started"] and again["demo_box"] is None
+    boxes = tkbox_json("ls")
+    assert [b["name"] for b in boxes] == ["demo"] and boxes[0]["workspace"] == str(checkout)
+    stopped = tkbox_json("down")
+    assert stopped["daemon"]["stopped"] and stopped["signer"]["stopped"]
+    assert tkbox("ls", check=False).returncode == 2
+    from tkbox_daemon.config import DaemonPaths
+
+    paths = DaemonPaths.from_env()
+    for directory in (paths.layers_root, paths.channels_root):
+        shutil.rmtree(directory, ignore_errors=True)

@@ -8,6 +8,9 @@ from collections.abc import Callable
 USAGE = """usage: tkbox COMMAND [ARGS…]
 
 commands:
+  up                   start the dev signer and the daemon if needed, a demo box if there is none, open the console
+  console              open the console on a running daemon
+  down                 stop the daemon (its boxes, their runs closed) and the signer
   demo                 start a dev signer, record a few decisions in a run, export it and verify it
   daemon               run the daemon in the foreground (tkbox daemon --help)
   run                  create and start a box on a workspace
@@ -68,7 +71,19 @@ def _box(name: str) -> Callable[[list[str]], int]:
     return run
 
 
+def _up_group(name: str) -> Callable[[list[str]], int]:
+    def run(argv: list[str]) -> int:
+        from . import up
+
+        return {"up": up.up_main, "down": up.down_main, "console": up.console_main}[name](argv)
+
+    return run
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "up": _up_group("up"),
+    "down": _up_group("down"),
+    "console": _up_group("console"),
     "demo": _demo,
     "daemon": _daemon,
     **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events")},
