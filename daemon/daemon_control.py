@@ -13,6 +13,7 @@ import time
 from typing import Any
 
 from .config import DaemonPaths
+from .processes import alive, log_tail
 from .wire import API_VERSION
 
 START_TIMEOUT_SECONDS = 30.0
@@ -64,13 +65,13 @@ def up(paths: DaemonPaths, *, backend: str = "auto") -> dict[str, Any]:
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise DaemonControlError(f"the daemon exited with status {child.returncode}:\n{_log_tail(paths)}")
+            raise DaemonControlError(f"the daemon exited with status {child.returncode}:\n{log_tail(paths.log_file)}")
         answer = health(paths)
         if answer is not None:
             return {**answer, "started": True, "pid": child.pid}
         time.sleep(0.05)  # the child is starting; poll its socket
     child.terminate()
-    raise DaemonControlError(f"the daemon did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{_log_tail(paths)}")
+    raise DaemonControlError(f"the daemon did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{log_tail(paths.log_file)}")
 
 
 def down(paths: DaemonPaths) -> dict[str, Any]:
@@ -84,22 +85,7 @@ def down(paths: DaemonPaths) -> dict[str, Any]:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return {"stopped": True, "pid": pid}
         time.sleep(0.05)
     raise DaemonControlError(f"the daemon (pid {pid}) did not stop within {STOP_TIMEOUT_SECONDS:.0f}s")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().rsplit(") ", 1)[-1][:1] != "Z"
-    except OSError:
-        return False
-
-
-def _log_tail(paths: DaemonPaths, lines: int = 15) -> str:
-    try:
-        return "\n".join(paths.log_file.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no daemon log)"

@@ -10,7 +10,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
-import fcntl
 import logging
 import os
 import signal
@@ -22,6 +21,7 @@ from .api.app import create_app
 from .box.backend import BoxBackend
 from .config import DaemonConfig, DaemonPaths
 from .limits import BOXES_PER_DAEMON
+from .processes import AlreadyRunning, take_lock
 from .signer.paths import PathError, SignerPaths
 from .signer_link import AsyncSignerClient, SignerCallError
 
@@ -68,13 +68,10 @@ async def check_signer(config: DaemonConfig) -> dict[str, object]:
 
 
 def _take_lock(paths: DaemonPaths) -> int:
-    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        return take_lock(paths.lock_file)
+    except AlreadyRunning:
         raise DaemonStartError(f"a daemon is already running on {paths.runtime_dir}; stop it with: tkbox down") from None
-    return fd
 
 
 async def serve(config: DaemonConfig, backend: BoxBackend) -> None:

@@ -21,7 +21,7 @@ from .. import limits
 from ..box.backend import BoxBackend, BoxLimits, BoxProcess, BoxSpec
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused
-from ..signer.store import write_atomically
+from ..fsutil import write_atomically
 from ..tasks import spawn
 from ..wire import BoxInfo
 from .channels import AgentListener, BootServer

@@ -13,13 +13,13 @@ import base64
 import hashlib
 import os
 import re
-import tempfile
 import zlib
 from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from .. import strictjson
+from ..fsutil import write_atomically
 from . import merkle
 from .records import Record
 from .zipread import (
@@ -144,30 +144,6 @@ def write_bundle(
         tree_leaves=tree_leaves, policies=policies,
     )
     write_atomically(Path(path), zip_bytes(entries))
-
-
-def write_atomically(target: Path, data: bytes) -> None:
-    """Temporary file in the same directory, fsync, rename, fsync the directory."""
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    try:
-        directory = os.open(target.parent, os.O_RDONLY)
-    except OSError:
-        return
-    try:
-        os.fsync(directory)
-    except OSError:
-        pass  # some filesystems cannot fsync a directory; the rename itself is atomic
-    finally:
-        os.close(directory)
 
 
 def zip_bytes(entries: Mapping[str, bytes]) -> bytes:

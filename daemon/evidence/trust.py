@@ -12,7 +12,6 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-import tempfile
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
 from .. import strictjson
+from ..fsutil import write_atomically
 from . import note
 from .records import key_id, public_raw
 
@@ -112,18 +112,7 @@ def trust_bytes(document: dict[str, Any]) -> bytes:
 
 def write_trust(path: str | os.PathLike[str], document: dict[str, Any]) -> None:
     """Write a trust document atomically (temporary file, fsync, rename)."""
-    target = Path(path)
-    data = trust_bytes(document)
-    fd, temp = tempfile.mkstemp(prefix=".trust-", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
+    write_atomically(Path(path), trust_bytes(document))
 
 
 def load_trust(path: str | os.PathLike[str]) -> Trust:

@@ -9,6 +9,7 @@ import sys
 import time
 from typing import Any
 
+from ..processes import alive, log_tail
 from .client import SignerClient, SignerError, SignerUnreachable
 from .paths import SignerPaths
 
@@ -51,13 +52,13 @@ def up(paths: SignerPaths, *, pack: str = "default") -> dict[str, Any]:
     deadline = time.monotonic() + START_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
         if child.poll() is not None:
-            raise ControlError(f"the signer exited with status {child.returncode}:\n{_log_tail(paths)}")
+            raise ControlError(f"the signer exited with status {child.returncode}:\n{log_tail(paths.log_file)}")
         time.sleep(0.05)  # the child is starting; poll its socket
         answer = hello(paths)
         if answer is not None:
             return {**answer, "started": True}
     child.terminate()
-    raise ControlError(f"the signer did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{_log_tail(paths)}")
+    raise ControlError(f"the signer did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{log_tail(paths.log_file)}")
 
 
 def down(paths: SignerPaths) -> dict[str, Any]:
@@ -69,26 +70,7 @@ def down(paths: SignerPaths) -> dict[str, Any]:
     os.kill(pid, signal.SIGTERM)
     deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
     while time.monotonic() < deadline:
-        if not _alive(pid):
+        if not alive(pid):
             return {"stopped": True, "pid": pid}
         time.sleep(0.05)
     raise ControlError(f"the signer (pid {pid}) did not stop within {STOP_TIMEOUT_SECONDS:.0f}s; kill it with: kill {pid}")
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    try:
-        with open(f"/proc/{pid}/stat") as stat_file:
-            return stat_file.read().split(") ")[-1][:1] != "Z"
-    except OSError:
-        return False
-
-
-def _log_tail(paths: SignerPaths, lines: int = 15) -> str:
-    try:
-        return "\n".join(paths.log_file.read_text(errors="replace").splitlines()[-lines:])
-    except OSError:
-        return "(no signer log)"

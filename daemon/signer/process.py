@@ -6,13 +6,13 @@ One signer per runtime directory: ``signer.lock`` is flocked for the process's l
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import logging
 import os
 import signal
 import sys
 
 from ..policy import PolicyContext, PolicyError, load_pack
+from ..processes import AlreadyRunning, take_lock
 from .keys import KeyFileError, load_or_create
 from .paths import PathError, SignerPaths
 from .server import SignerServer
@@ -27,15 +27,12 @@ class SignerStartError(RuntimeError):
 
 
 def _take_lock(paths: SignerPaths) -> int:
-    fd = os.open(paths.lock_file, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
+        return take_lock(paths.lock_file)
+    except AlreadyRunning:
         raise SignerStartError(
             f"another signer is already running on {paths.runtime_dir}; use it, or stop it with: tkbox signer down"
         ) from None
-    return fd
 
 
 async def serve(paths: SignerPaths, *, pack_name: str = "default", durable: bool = True) -> None:

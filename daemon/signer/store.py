@@ -21,6 +21,7 @@ from .. import strictjson
 from ..evidence import merkle, note
 from ..evidence.chain import LogWriter
 from ..evidence.records import Record, RecordError, parse_record, verify_record
+from ..fsutil import write_atomically
 from ..tasks import spawn
 from .keys import SignerKeys
 
@@ -252,20 +253,3 @@ class LogStore:
         if self._fd is not None:
             os.close(self._fd)
             self._fd = None
-
-
-def write_atomically(path: Path, data: bytes) -> None:
-    """Write ``data`` to ``path`` through a fsynced temporary file and a rename."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-    try:
-        os.write(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    directory_fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(directory_fd)
-    finally:
-        os.close(directory_fd)
