@@ -1,0 +1,469 @@
+"""``ConsoleApp``: the operator console.  It owns the state and the daemon client; screens and widgets show it.
+
+One App-level worker consumes the daemon's event stream (``_stream_daemon_events``); every other daemon call runs
+in its own worker, so nothing on the UI's path waits on the network.  ``make_app`` builds the App for the CLI,
+tests and the bench; ``run_console`` runs it against a real daemon.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from textual import on, work
+from textual.app import App, SystemCommand
+from textual.reactive import reactive
+from textual.screen import Screen
+from textual.widgets import Static
+from textual.worker import Worker, WorkerState
+
+from tkbox_daemon.wire import Event
+
+from ..client import DaemonError
+from . import shell
+from .client_protocol import ConsoleClient
+from .command_mode import CommandError, parse_command
+from .event_stream import YIELD_EVERY, Backoff, EventInbox
+from .keymap import bindings_for, load_user_keymap
+from .messages import (
+    BoxActionFinished,
+    BoxesLoaded,
+    BoxRefreshed,
+    ConnectionChanged,
+    EventsPending,
+    ExecEnded,
+    ExecOutputReceived,
+)
+from .present import connection_label, event_line
+from .screens import ConfirmModal, HelpScreen, MainScreen, NewBoxScreen
+from .settings import ConsoleSettings
+from .state import ConsoleState, EventFilter
+from .theming import ThemeMixin
+from .widgets import BoxDetail, BoxTable, CommandBar, EventLog, ExecPanel
+
+Clock = Callable[[], datetime]
+
+
+def utc_now() -> datetime:
+    return datetime.now(UTC)
+
+
+class ConsoleApp(ThemeMixin, App[int]):
+    """The console; construct it with ``make_app``."""
+
+    CSS_PATH = ["styles/base.tcss", "styles/app.tcss"]
+    BINDINGS = bindings_for("app")
+    TITLE = "tkbox console"
+
+    connected: reactive[bool] = reactive(False)
+    """Whether the event stream is connected to the daemon (the banner says so plainly when not)."""
+
+    def __init__(self, client: ConsoleClient, settings: ConsoleSettings, clock: Clock) -> None:
+        super().__init__()
+        self.client = client
+        self.settings = settings
+        self.clock = clock
+        self.state = ConsoleState(ring_size=settings.event_ring)
+        self.inbox = EventInbox()
+        self._render_dirty = True
+        self._log_rebuild = True
+        self._rendered_seq = 0
+        self._boxes_to_refresh: set[str] = set()
+        self._exec_call: Any = None
+        keymap, self.keymap_problems = load_user_keymap(settings.config_file)
+        self.set_keymap(keymap)
+
+    def get_default_screen(self) -> Screen[Any]:
+        return MainScreen(self.settings.event_ring)
+
+    @property
+    def main_screen(self) -> MainScreen:
+        """The screen at the bottom of the stack (modals go on top of it)."""
+        return self.screen_stack[0]  # type: ignore[return-value]
+
+    def on_mount(self) -> None:
+        self.load_console_themes()
+        if self.keymap_problems:
+            self.notify("Keymap entries ignored (defaults kept):\n" + "\n".join(self.keymap_problems),
+                        title="config.yaml", severity="warning", timeout=10)
+        self.set_interval(self.settings.render_interval, self._render_if_dirty)
+        self.set_interval(self.settings.box_refresh_interval, self._refresh_touched_boxes)
+        if self.settings.tick_interval:
+            self.set_interval(self.settings.tick_interval, self._mark_dirty)
+        if self.settings.watch_themes:
+            self.watch_user_themes()
+
+    def main_screen_ready(self) -> None:
+        """Called by ``MainScreen`` once its widgets exist: first render, then the event stream starts."""
+        self._render_now()
+        self.main_screen.query_one(BoxTable).focus()
+        self._stream_daemon_events()
+
+    # -- the event stream -----------------------------------------------------------------------------------
+
+    @work(exclusive=True, group="daemon-events", exit_on_error=False, description="daemon event stream")
+    async def _stream_daemon_events(self) -> None:
+        """Resync boxes, then follow events from the last seq; on any loss, say so and retry with backoff."""
+        backoff = Backoff(self.settings.reconnect_initial, self.settings.reconnect_maximum)
+        while True:
+            try:
+                boxes = await self.client.boxes()
+                self.post_message(BoxesLoaded(boxes))
+                self.post_message(ConnectionChanged(True))
+                backoff.reset()
+                received = 0
+                async for event in self.client.events(after=self.inbox.after):
+                    if self.inbox.put(event):
+                        self.post_message(EventsPending())
+                    received += 1
+                    if received % YIELD_EVERY == 0:
+                        await asyncio.sleep(0)  # let keys and renders through during a burst
+                reason = "the daemon closed the event stream"
+            except DaemonError as exc:
+                reason = exc.message
+            except (OSError, ValueError) as exc:
+                reason = f"the event stream failed: {exc}"
+            self.post_message(ConnectionChanged(False, reason))
+            await asyncio.sleep(backoff.next_delay())
+
+    @on(EventsPending)
+    def take_events(self) -> None:
+        for event in self.inbox.drain():
+            if self.state.apply(event) and event.box_id in self.state.boxes and event.kind != "box.removed":
+                self._boxes_to_refresh.add(event.box_id)
+            if event.kind == "box.removed":
+                self.state.boxes.pop(event.box_id, None)
+        self._render_dirty = True
+
+    @on(ConnectionChanged)
+    def show_connection(self, message: ConnectionChanged) -> None:
+        self.state.set_connected(message.connected, message.reason)
+        self.connected = message.connected
+        self._render_dirty = True
+
+    def watch_connected(self, connected: bool) -> None:
+        self.set_class(not connected, "-disconnected")
+
+    @on(BoxesLoaded)
+    def take_boxes(self, message: BoxesLoaded) -> None:
+        self.state.set_boxes(message.boxes)
+        self._render_dirty = True
+
+    @on(BoxRefreshed)
+    def take_box(self, message: BoxRefreshed) -> None:
+        if message.box.id in self.state.boxes:
+            self.state.update_box(message.box)
+            self._render_dirty = True
+
+    def _refresh_touched_boxes(self) -> None:
+        if self._boxes_to_refresh and self.state.connected:
+            box_ids, self._boxes_to_refresh = sorted(self._boxes_to_refresh), set()
+            self._fetch_boxes(box_ids)
+
+    @work(group="box-refresh", exit_on_error=False, description="refresh boxes touched by events")
+    async def _fetch_boxes(self, box_ids: list[str]) -> None:
+        for box_id in box_ids:
+            try:
+                self.post_message(BoxRefreshed(await self.client.box(box_id)))
+            except DaemonError:
+                continue  # gone or the daemon went away; the next event or resync tells
+
+    # -- rendering (coalesced: at most once per render_interval) ----------------------------------------------
+
+    def _mark_dirty(self) -> None:
+        self._render_dirty = True
+
+    def _render_if_dirty(self) -> None:
+        if self._render_dirty and self.main_screen.is_mounted:
+            self._render_now()
+
+    def _render_now(self) -> None:
+        self._render_dirty = False
+        screen = self.main_screen
+        state = self.state
+        screen.query_one(BoxTable).sync(state.boxes, self.clock(), self.tkbox_tokens)
+        screen.query_one(BoxDetail).show_box(state.selected_box)
+        log = screen.query_one(EventLog)
+        names = {box_id: box.name for box_id, box in state.boxes.items()}
+        if self._log_rebuild:
+            self._log_rebuild = False
+            log.replace_lines([event_line(e, names.get(e.box_id)) for e in state.visible_events()])
+        else:
+            fresh = [e for e in state.events if e.seq > self._rendered_seq and state.shows(e)]
+            if fresh:
+                log.write_lines([event_line(e, names.get(e.box_id)) for e in fresh])
+        self._rendered_seq = state.last_seq
+        scope = f" of {state.selected_box.name}" if state.scope_to_selected and state.selected_box else ""
+        screen.query_one("#events-title", Static).update(f"Events{scope}  ({state.events_seen} received)")
+        screen.query_one("#follow-status", Static).update(connection_label(
+            state.connected, state.disconnect_reason, state.following, state.new_while_paused,
+            state.event_filter.describe()))
+        banner = screen.query_one("#connection-banner", Static)
+        banner.update("tkbox console" if state.connected else
+                      f"DISCONNECTED: {state.disconnect_reason or 'connecting to the daemon…'}  — still retrying; "
+                      "what you see may be out of date")
+
+    # -- selection, follow, filter, scope -------------------------------------------------------------------
+
+    @on(BoxTable.BoxHighlighted)
+    def select_box(self, message: BoxTable.BoxHighlighted) -> None:
+        self.state.selected_box_id = message.box_id
+        if self.state.scope_to_selected:
+            self._log_rebuild = True
+        self._render_now()
+
+    @on(EventLog.FollowPaused)
+    def pause_following(self) -> None:
+        self.state.pause()
+        self._render_dirty = True
+
+    def action_follow_events(self) -> None:
+        self.state.follow()
+        self.main_screen.query_one(EventLog).resume()
+        self._render_now()
+
+    def action_toggle_scope(self) -> None:
+        self.state.scope_to_selected = not self.state.scope_to_selected
+        self._log_rebuild = True
+        self._render_now()
+
+    def set_event_filter(self, text: str) -> None:
+        self.state.event_filter = EventFilter.parse(text)
+        self._log_rebuild = True
+        self._render_now()
+
+    @on(CommandBar.Entered)
+    def run_entered(self, message: CommandBar.Entered) -> None:
+        if message.mode == "filter":
+            self.set_event_filter(message.text)
+        else:
+            self.run_command(message.text)
+
+    # -- command mode, help, palette ------------------------------------------------------------------------
+
+    def action_command_mode(self) -> None:
+        if self.screen is self.main_screen:
+            self.main_screen.query_one(CommandBar).open("command")
+
+    def run_command(self, text: str) -> None:
+        try:
+            verb, argument = parse_command(text)
+        except CommandError as exc:
+            self.notify(str(exc), severity="warning")
+            return
+        screen = self.main_screen
+        if verb == "quit":
+            self.exit(0)
+        elif verb == "boxes":
+            screen.query_one(BoxTable).focus()
+        elif verb == "events":
+            screen.query_one(EventLog).focus()
+        elif verb == "box":
+            box = self.state.find_box(argument)
+            if box is None or not screen.query_one(BoxTable).select_box(box.id):
+                self.notify(f"no box named {argument!r}", severity="warning")
+            else:
+                screen.query_one(BoxTable).focus()
+        elif verb == "theme":
+            self.switch_theme(argument)
+        elif verb == "new":
+            self.action_new_box()
+        elif verb == "filter":
+            self.set_event_filter(argument)
+        elif verb == "help":
+            self.action_help()
+
+    def action_help(self) -> None:
+        if isinstance(self.screen, HelpScreen):
+            return
+        screen = self.screen
+        bindings = [(key, active.binding) for key, active in screen.active_bindings.items()]
+        self.push_screen(HelpScreen(type(screen).__name__.removesuffix("Screen") or "console", bindings))
+
+    def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
+        yield from super().get_system_commands(screen)
+        yield SystemCommand("box: New", "Create a box from a form", self.action_new_box)
+        box = self.state.selected_box
+        if box is not None and isinstance(screen, MainScreen):
+            yield SystemCommand("box: Exec", f"Run a command in {box.name}", self.action_exec_box)
+            yield SystemCommand("box: Shell", f"Open a shell in {box.name}", self.action_open_shell)
+            yield SystemCommand("box: Stop", f"Stop {box.name} (asks first)", self.action_stop_box)
+            yield SystemCommand("box: Remove", f"Remove {box.name} (asks first)", self.action_remove_box)
+        yield SystemCommand("view: Follow events", "Resume following the event stream", self.action_follow_events)
+        for name in self.console_theme_names:
+            yield SystemCommand(f"theme: {name}", f"Switch to the {name} theme",
+                                lambda name=name: self.switch_theme(name))
+
+    # -- box actions ----------------------------------------------------------------------------------------
+
+    def action_new_box(self) -> None:
+        def create(settings: dict[str, Any] | None) -> None:
+            if settings is not None:
+                self._call_box_action("create", settings.get("name", "new box"), settings)
+
+        self.push_screen(NewBoxScreen({"workspace": "."}, cursor_blink=self.settings.cursor_blink), create)
+
+    def _selected_or_warn(self) -> Any:
+        box = self.state.selected_box
+        if box is None:
+            self.notify("select a box first", severity="warning")
+        return box
+
+    def action_stop_box(self) -> None:
+        box = self._selected_or_warn()
+        if box is not None:
+            self.push_screen(ConfirmModal(f"Stop box {box.name}? Running commands end.", "Stop"),
+                             lambda yes: self._call_box_action("stop", box.id) if yes else None)
+
+    def action_remove_box(self) -> None:
+        box = self._selected_or_warn()
+        if box is not None:
+            self.push_screen(ConfirmModal(f"Remove box {box.name}? Its state is deleted; the record stays.",
+                                          "Remove"),
+                             lambda yes: self._call_box_action("remove", box.id) if yes else None)
+
+    @work(group="box-actions", exit_on_error=False, description="box action")
+    async def _call_box_action(self, action: str, box_ref: str, settings: dict[str, Any] | None = None) -> None:
+        try:
+            if action == "create":
+                box = await self.client.create_box(settings or {})
+            elif action == "stop":
+                box = await self.client.stop_box(box_ref)
+            else:
+                box = await self.client.remove_box(box_ref)
+        except DaemonError as exc:
+            self.post_message(BoxActionFinished(action, box_ref, error=exc.message,
+                                                error_field=str(exc.extra.get("field", ""))))
+            return
+        self.post_message(BoxActionFinished(action, box_ref, box))
+
+    @on(BoxActionFinished)
+    def report_box_action(self, message: BoxActionFinished) -> None:
+        if message.error:
+            where = f" (field {message.error_field})" if message.error_field else ""
+            self.notify(f"{message.action} failed: {message.error}{where}", severity="error", timeout=10)
+            return
+        if message.box is not None:
+            if message.action == "remove":
+                self.state.boxes.pop(message.box.id, None)
+            else:
+                self.state.update_box(message.box)
+            self.notify(f"{message.action}: {message.box.name} is {message.box.state}")
+        self._render_now()
+
+    # -- exec and shell -------------------------------------------------------------------------------------
+
+    def action_exec_box(self) -> None:
+        box = self._selected_or_warn()
+        if box is not None:
+            self.main_screen.query_one(ExecPanel).open_for(box.id, box.name)
+
+    @on(ExecPanel.RunRequested)
+    def start_exec(self, message: ExecPanel.RunRequested) -> None:
+        self.main_screen.query_one(ExecPanel).set_running(True)
+        self._run_exec(message.box_id, message.argv)
+
+    @on(ExecPanel.InterruptRequested)
+    def interrupt_exec(self) -> None:
+        if self._exec_call is not None:
+            self._send_interrupt(self._exec_call)
+
+    @work(group="exec-signal", exit_on_error=False)
+    async def _send_interrupt(self, call: Any) -> None:
+        await call.signal("INT")
+        self.post_message(ExecOutputReceived("^C (SIGINT sent)\n", "status"))
+
+    @work(exclusive=True, group="exec", exit_on_error=False, description="exec in the panel")
+    async def _run_exec(self, box_id: str, argv: list[str]) -> None:
+        call = self.client.exec(box_id)
+        self._exec_call = call
+        ended = ExecEnded("the exec ended without an exit status")
+        try:
+            await call.start(argv)
+            async for item in call.messages():
+                if isinstance(item, tuple):
+                    stream, data = item
+                    self.post_message(ExecOutputReceived(data.decode("utf-8", "replace"),
+                                                         "stderr" if stream == 2 else "stdout"))
+                elif item.get("type") == "decision":
+                    self.post_message(ExecOutputReceived(
+                        f"[decision: {item.get('verdict', '?')} {item.get('reason', '')}]\n".replace(" ]", "]"),
+                        "status"))
+                elif item.get("type") == "denied":
+                    ended = ExecEnded(f"denied: {item.get('reason', 'no reason given')}", 126, dict(item))
+                elif item.get("type") == "exit":
+                    code = item.get("exit_code")
+                    ended = ExecEnded(f"exit {code}" + (" (timed out)" if item.get("timed_out") else ""), code,
+                                      dict(item))
+        except DaemonError as exc:
+            ended = ExecEnded(f"exec failed: {exc.message}")
+        finally:
+            self._exec_call = None
+            await call.close()
+        self.post_message(ended)
+
+    @on(ExecOutputReceived)
+    def show_exec_output(self, message: ExecOutputReceived) -> None:
+        self.main_screen.query_one(ExecPanel).write(message.text)
+
+    @on(ExecEnded)
+    def show_exec_end(self, message: ExecEnded) -> None:
+        panel = self.main_screen.query_one(ExecPanel)
+        panel.write(f"[{message.summary}]\n")
+        panel.set_running(False)
+
+    @on(ExecPanel.Closed)
+    def close_exec_panel(self) -> None:
+        self.main_screen.query_one(BoxTable).focus()
+
+    def action_open_shell(self) -> None:
+        box = self._selected_or_warn()
+        if box is not None:
+            self._probe_shell(box.name)
+
+    @work(thread=True, group="shell", exit_on_error=False)
+    def _probe_shell(self, box_name: str) -> None:
+        command = shell.shell_command(box_name)
+        if command is None:
+            self.call_from_thread(self.notify, shell.NO_PTY_MESSAGE, severity="warning")
+        else:
+            self.call_from_thread(self._run_shell, command)
+
+    def _run_shell(self, command: list[str]) -> None:
+        code = shell.run_suspended(self, command)
+        self.notify(f"shell ended (exit {code})" if code is not None else shell.NO_SUSPEND_MESSAGE)
+
+    async def on_unmount(self) -> None:
+        self.stop_watching_themes()
+        await self.client.close()
+
+    # -- failures -------------------------------------------------------------------------------------------
+
+    @on(Worker.StateChanged)
+    def report_worker_failure(self, event: Worker.StateChanged) -> None:
+        if event.state is WorkerState.ERROR:
+            error = event.worker.error
+            self.notify(f"{event.worker.group}: {error}", title="console error", severity="error", timeout=10)
+            if event.worker.group == "exec":
+                self.main_screen.query_one(ExecPanel).set_running(False)
+
+
+def make_app(client: ConsoleClient, *, settings: ConsoleSettings | None = None, clock: Clock | None = None
+             ) -> ConsoleApp:
+    """The console for ``client``; the one factory used by the CLI, tests and the bench."""
+    return ConsoleApp(client, settings or ConsoleSettings(), clock or utc_now)
+
+
+def run_console(socket_path: Path | None = None) -> int:
+    """Open the console on the daemon at ``socket_path`` (default socket when None); returns an exit code."""
+    from ..client import DaemonClient
+
+    app = make_app(DaemonClient(socket_path))
+    result = app.run()
+    return result if isinstance(result, int) else (app.return_code or 0)
+
+
+__all__ = ["ConsoleApp", "ConsoleSettings", "Event", "make_app", "run_console"]

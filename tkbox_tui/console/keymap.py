@@ -1,0 +1,150 @@
+"""Every console key binding, addressable by id: the catalogue, the user keymap from config.yaml, and docs/keys.md.
+
+Screens and widgets build their ``BINDINGS`` from ``bindings_for(scope)``, so the catalogue is the one place a key
+is declared.  Users remap by id in ``$XDG_CONFIG_HOME/tkbox/config.yaml``::
+
+    keymap:
+      box.stop: ctrl+x
+      log.follow: F
+
+A bad entry (unknown id, malformed key) is left out, the default kept, and all problems reported in one message.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from textual.binding import Binding
+
+
+@dataclass(frozen=True)
+class KeySpec:
+    """One binding: where it lives, its id, default key(s), action and what it does."""
+
+    scope: str
+    id: str
+    key: str
+    action: str
+    description: str
+    show: bool = True
+    priority: bool = False
+
+
+SCOPES = {
+    "app": "Everywhere",
+    "main": "Main screen (boxes, events, detail)",
+    "exec": "Exec panel",
+    "form": "New box form",
+    "confirm": "Confirm dialog",
+    "help": "Help screen",
+}
+
+CATALOGUE: tuple[KeySpec, ...] = (
+    KeySpec("app", "app.quit", "q", "quit", "Quit (boxes keep running)"),
+    KeySpec("app", "app.help", "question_mark", "help", "Help: keys of this screen"),
+    KeySpec("app", "app.command", "colon", "command_mode", "Command mode (:boxes :events :box NAME :q)"),
+    KeySpec("main", "box.new", "n", "new_box", "New box"),
+    KeySpec("main", "box.exec", "e", "exec_box", "Exec in box"),
+    KeySpec("main", "box.shell", "s", "open_shell", "Shell in box"),
+    KeySpec("main", "box.stop", "x", "stop_box", "Stop box…"),
+    KeySpec("main", "box.remove", "d", "remove_box", "Remove box…"),
+    KeySpec("main", "log.filter", "slash", "filter_events", "Filter events"),
+    KeySpec("main", "log.follow", "f,G", "follow_events", "Follow new events"),
+    KeySpec("main", "log.scope", "a", "toggle_scope", "Events: all boxes / selected box"),
+    KeySpec("main", "nav.down", "j", "cursor_down", "Down", show=False),
+    KeySpec("main", "nav.up", "k", "cursor_up", "Up", show=False),
+    KeySpec("main", "pane.next", "tab", "focus_next", "Next pane", show=False),
+    KeySpec("main", "pane.previous", "shift+tab", "focus_previous", "Previous pane", show=False),
+    KeySpec("exec", "exec.interrupt", "ctrl+c", "interrupt", "Interrupt (SIGINT)", priority=True),
+    KeySpec("exec", "exec.close", "escape", "close_panel", "Close exec panel"),
+    KeySpec("form", "form.submit", "ctrl+s", "submit", "Create the box"),
+    KeySpec("form", "form.cancel", "escape", "cancel", "Cancel"),
+    KeySpec("confirm", "confirm.yes", "y", "confirm", "Yes, do it"),
+    KeySpec("confirm", "confirm.no", "n", "cancel", "No"),
+    KeySpec("confirm", "confirm.escape", "escape", "cancel", "Cancel", show=False),
+    KeySpec("help", "help.close", "escape,q,question_mark", "close", "Close help"),
+)
+BINDING_IDS = frozenset(spec.id for spec in CATALOGUE)
+
+# A key name as Textual writes it (``ctrl+shift+x``, ``f5``, ``question_mark``) or one printable character.
+KEY = re.compile(r"^(?:(?:ctrl|shift|alt|super|meta)\+)*(?:[a-z0-9_]+|[^\s,+])\Z")
+
+
+def bindings_for(scope: str) -> list[Binding]:
+    """The ``BINDINGS`` of one screen or widget, each with its id."""
+    return [Binding(spec.key, spec.action, spec.description, show=spec.show, priority=spec.priority, id=spec.id,
+                    tooltip=spec.description)
+            for spec in CATALOGUE if spec.scope == scope]
+
+
+def config_dir(environ: dict[str, str] | None = None) -> Path:
+    """``$XDG_CONFIG_HOME/tkbox`` (``~/.config/tkbox`` when unset)."""
+    env = os.environ if environ is None else environ
+    base = env.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "tkbox"
+
+
+def read_config(path: Path) -> tuple[dict[str, Any], list[str]]:
+    """The config file as a mapping (empty when absent) and what is wrong with it."""
+    if not path.exists():
+        return {}, []
+    try:
+        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        return {}, [f"{path}: not readable YAML ({str(exc).splitlines()[0]})"]
+    if loaded is None:
+        return {}, []
+    if not isinstance(loaded, dict):
+        return {}, [f"{path}: expected a mapping at the top"]
+    return loaded, []
+
+
+def parse_keymap(raw: Any) -> tuple[dict[str, str], list[str]]:
+    """Check a ``keymap:`` section; returns the good entries and one line per bad one."""
+    if raw is None:
+        return {}, []
+    if not isinstance(raw, dict):
+        return {}, ["keymap: expected a mapping of binding id to key"]
+    keymap: dict[str, str] = {}
+    problems: list[str] = []
+    for binding_id, keys in raw.items():
+        if binding_id not in BINDING_IDS:
+            problems.append(f"keymap.{binding_id}: no binding has this id (see docs/keys.md)")
+        elif not isinstance(keys, str) or not keys.strip() or not all(KEY.match(k.strip()) for k in keys.split(",")):
+            problems.append(f"keymap.{binding_id}: {keys!r} is not a key; write e.g. x, ctrl+x or f5")
+        else:
+            keymap[binding_id] = ",".join(k.strip() for k in keys.split(","))
+    return keymap, problems
+
+
+def load_user_keymap(config_file: Path) -> tuple[dict[str, str], list[str]]:
+    """The user's keymap from ``config.yaml`` and the problems found (defaults stay for bad entries)."""
+    config, problems = read_config(config_file)
+    keymap, keymap_problems = parse_keymap(config.get("keymap"))
+    return keymap, problems + keymap_problems
+
+
+def _display_key(keys: str) -> str:
+    names = {"question_mark": "?", "colon": ":", "slash": "/", "escape": "Esc", "tab": "Tab",
+             "shift+tab": "Shift+Tab"}
+    return ", ".join(f"`{names.get(k, k.replace('ctrl+', 'Ctrl+'))}`" for k in keys.split(","))
+
+
+def keys_markdown() -> str:
+    """docs/keys.md, generated from the catalogue (``tests/test_console_keymap.py`` checks it is current)."""
+    lines = ["# Console keys", "",
+             "Generated from `tkbox_tui/console/keymap.py` by `keys_markdown()`; do not edit by hand.", "",
+             "Remap any key by its id in `$XDG_CONFIG_HOME/tkbox/config.yaml`:", "",
+             "```yaml", "keymap:", "  box.stop: ctrl+x", "```", "",
+             "Ctrl+P opens the command palette everywhere (box actions for the selected box, `theme: NAME`).", ""]
+    for scope, title in SCOPES.items():
+        lines += [f"## {title}", "", "| Key | Id | Does |", "|---|---|---|"]
+        lines += [f"| {_display_key(spec.key)} | `{spec.id}` | {spec.description} |"
+                  for spec in CATALOGUE if spec.scope == scope]
+        lines.append("")
+    return "\n".join(lines)

@@ -1,0 +1,42 @@
+"""``ConsoleSettings``: everything the console can be told at start, passed explicitly to ``make_app``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from .keymap import config_dir
+from .state import DEFAULT_EVENT_RING
+from .themes import DEFAULT_THEME, SHIPPED_THEMES_DIR
+
+
+@dataclass
+class ConsoleSettings:
+    """Defaults suit an operator; tests turn off watchers and blinking and make reconnects immediate."""
+
+    theme: str = DEFAULT_THEME
+    """The theme to start with (falls back to the default when missing or broken)."""
+    config_dir: Path = field(default_factory=config_dir)
+    """Where ``config.yaml`` (keymap) and ``themes/`` (user themes) live."""
+    shipped_themes_dir: Path = SHIPPED_THEMES_DIR
+    event_ring: int = DEFAULT_EVENT_RING
+    """How many events the console keeps (the daemon keeps them all)."""
+    render_interval: float = 0.1
+    """Seconds between log/table renders during a flood of events."""
+    box_refresh_interval: float = 0.5
+    """Seconds between fetches of boxes that events touched (exec counts, connections, approvals)."""
+    reconnect_initial: float = 0.25
+    reconnect_maximum: float = 5.0
+    watch_themes: bool = True
+    """Reload user themes when their files change."""
+    cursor_blink: bool = True
+    tick_interval: float = 1.0
+    """Seconds between refreshes of ages and times left (0 turns it off, for snapshots)."""
+
+    @property
+    def config_file(self) -> Path:
+        return self.config_dir / "config.yaml"
+
+    @property
+    def user_themes_dir(self) -> Path:
+        return self.config_dir / "themes"

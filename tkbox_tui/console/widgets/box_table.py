@@ -1,0 +1,74 @@
+"""``BoxTable``: the boxes, one row per box id, updated cell by cell (never cleared and refilled)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime
+
+from textual.message import Message
+from textual.widgets import DataTable
+
+from tkbox_daemon.wire import BoxInfo
+
+from ..present import BOX_COLUMNS, box_cells, state_cell
+
+
+class BoxTable(DataTable[object]):
+    """Boxes keyed by id; ``sync`` applies a new picture of the boxes with ``update_cell``/``add_row``/``remove_row``."""
+
+    DEFAULT_CSS = """
+    BoxTable { height: 1fr; }
+    """
+
+    @dataclass
+    class BoxHighlighted(Message):
+        """The cursor moved to a box (or there is none)."""
+
+        box_id: str | None
+
+    def __init__(self, **kwargs: object) -> None:
+        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        self._shown_cells: dict[str, tuple[str, ...]] = {}
+
+    def on_mount(self) -> None:
+        for column in BOX_COLUMNS:
+            self.add_column(column, key=column)
+
+    @property
+    def box_ids(self) -> list[str]:
+        """Row keys in display order."""
+        return [str(row.key.value) for row in self.ordered_rows]
+
+    def sync(self, boxes: dict[str, BoxInfo], now: datetime, theme_variables: dict[str, str]) -> None:
+        """Bring the rows in line with ``boxes``, touching only cells whose text changed."""
+        for box_id in [key for key in self._shown_cells if key not in boxes]:
+            self.remove_row(box_id)
+            del self._shown_cells[box_id]
+        for box_id, box in boxes.items():
+            cells = box_cells(box, now)
+            shown = self._shown_cells.get(box_id)
+            rendered = [state_cell(cell, theme_variables) if column == "state" else cell
+                        for column, cell in zip(BOX_COLUMNS, cells, strict=True)]
+            if shown is None:
+                self.add_row(*rendered, key=box_id)
+            else:
+                for column, old, new, value in zip(BOX_COLUMNS, shown, cells, rendered, strict=True):
+                    if old != new:
+                        self.update_cell(box_id, column, value)
+            self._shown_cells[box_id] = cells
+
+    def recolour(self, theme_variables: dict[str, str]) -> None:
+        """Re-render the state cells after a theme change."""
+        for box_id, cells in self._shown_cells.items():
+            self.update_cell(box_id, "state", state_cell(cells[1], theme_variables))
+
+    def select_box(self, box_id: str) -> bool:
+        """Move the cursor to ``box_id``; False when there is no such row."""
+        if box_id not in self._shown_cells:
+            return False
+        self.move_cursor(row=self.get_row_index(box_id))
+        return True
+
+    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+        event.stop()
+        self.post_message(self.BoxHighlighted(str(event.row_key.value) if event.row_key else None))
