@@ -1,0 +1,146 @@
+"""The console end to end: the real signer, the real ``tkbox daemon`` and real boxes, driven with Pilot; and
+``tkbox up`` in a real terminal (tmux)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import time
+import uuid
+
+import pytest
+from textual.widgets import Input, Log
+
+from e2e.daemon_process import daemon_process, make_checkout
+from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.console_fakes import quiet_settings
+from tkbox_daemon.config import DaemonPaths
+from tkbox_tui.client import DaemonClient
+from tkbox_tui.console.app import make_app
+from tkbox_tui.console.messages import BoxActionFinished
+from tkbox_tui.console.screens import NewBoxScreen
+from tkbox_tui.console.widgets import BoxTable, EventLog, ExecPanel
+
+pytestmark = pytest.mark.e2e
+TERMINAL_SAMPLE_SECONDS = 0.05  # a terminal's content can only be sampled: no event says it changed
+
+
+async def until(pilot, condition, rounds: int = 20000) -> None:
+    """Let the app and its real I/O run until ``condition()`` holds (pauses, never sleeps)."""
+    for _ in range(rounds):
+        if condition():
+            return
+        await pilot.pause()
+    raise AssertionError("condition not reached")
+
+
+@pytest.fixture
+def daemon():
+    tkbox("signer", "up")
+    with daemon_process() as running:
+        yield running
+    tkbox("signer", "down", check=False)
+
+
+async def test_create_exec_stop_and_remove_from_the_console(daemon, tmp_path):
+    checkout = make_checkout(tmp_path)
+    recorded: list = []
+    client = DaemonClient(daemon.paths.api_socket)
+    app = make_app(client, settings=quiet_settings(tmp_path / "config"))
+    async with client, app.run_test(size=(140, 44), message_hook=recorded.append) as pilot:
+        await until(pilot, lambda: app.state.connected)
+        await pilot.press("n")
+        form = app.screen
+        assert isinstance(form, NewBoxScreen)
+        form.query_one("#field-name", Input).value = "from-console"
+        form.query_one("#field-workspace", Input).value = str(checkout)
+        await pilot.pause()
+        await pilot.press("ctrl+s")
+        await until(pilot, lambda: any(isinstance(m, BoxActionFinished) and m.action == "create" for m in recorded))
+        table = app.screen.query_one(BoxTable)
+        await until(pilot, lambda: len(table.box_ids) == 1)
+        await pilot.press("e", *"cat /workspace/tracked.txt", "enter")
+        panel = app.screen.query_one(ExecPanel)
+        await until(pilot, lambda: "[exit 0]" in "\n".join(panel.query_one("#exec-output", Log).lines))
+        assert "tracked" in "\n".join(panel.query_one("#exec-output", Log).lines)
+        await until(pilot, lambda: "exec.finished" in "\n".join(app.screen.query_one(EventLog).lines))
+        await pilot.press("escape")
+        await pilot.press("x", "y")
+        await until(pilot, lambda: any(b.state == "stopped" for b in app.state.boxes.values()))
+        await pilot.press("d", "y")
+        await until(pilot, lambda: not table.box_ids)
+    assert tkbox_json("ls") == []
+
+
+async def test_reconnect_resumes_from_the_last_sequence(tmp_path):
+    tkbox("signer", "up")
+    client = DaemonClient(DaemonPaths.from_env().api_socket)
+    app = make_app(client, settings=quiet_settings(tmp_path / "config"))
+    checkout = make_checkout(tmp_path)
+    first = daemon_process()
+    first.__enter__()
+    try:
+        async with client, app.run_test(size=(120, 40)) as pilot:
+            await until(pilot, lambda: app.state.connected)
+            tkbox("run", "--name", "one", "--workspace", str(checkout))
+            await until(pilot, lambda: any(e.kind == "box.started" for e in app.state.events))
+            first.__exit__(None, None, None)  # the daemon stops: every box stopped, every run closed
+            await until(pilot, lambda: not app.state.connected)
+            with daemon_process():
+                await until(pilot, lambda: app.state.connected)
+                tkbox("run", "--name", "two", "--workspace", str(checkout))
+                await until(pilot, lambda: sum(e.kind == "box.started" for e in app.state.events) == 2)
+                stored = [json.loads(line)["seq"] for line in
+                          (DaemonPaths.from_env().state_dir / "events.jsonl").read_text().splitlines()]
+                seen = [event.seq for event in app.state.events]
+                assert seen == sorted(set(seen)), "an event was shown twice or out of order"
+                assert seen == list(range(1, seen[-1] + 1)), "an event was lost across the restart"
+                assert seen == stored[: len(seen)]
+    finally:
+        tkbox("signer", "down", check=False)
+
+
+def _capture(session: str) -> str:
+    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True,
+                          check=True).stdout
+
+
+def _wait_for_screen(session: str, text: str, timeout: float = 60, absent: str | None = None) -> str:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        screen = _capture(session)
+        if text in screen and (absent is None or absent not in screen):
+            return screen
+        time.sleep(TERMINAL_SAMPLE_SECONDS)
+    raise AssertionError(f"{text!r} never appeared on the terminal:\n{_capture(session)}")
+
+
+def test_tkbox_up_in_a_real_terminal(tmp_path):
+    if not shutil.which("tmux"):
+        pytest.fail("tmux is not installed: run scripts/setup.sh")
+    checkout = make_checkout(tmp_path)
+    session = f"tkbox-{uuid.uuid4().hex[:8]}"
+    done = f"{session}-done"
+    env_words = " ".join(f"{k}={v}" for k, v in os.environ.items()
+                         if k in ("HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"))
+    command = f"cd {checkout} && env {env_words} TERM=xterm-256color {TKBOX} up; tmux wait-for -S {done}"
+    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "44", command], check=True)
+    try:
+        screen = _wait_for_screen(session, "box.started")
+        assert "Boxes" in screen and "demo" in screen and "running" in screen
+        subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
+        _wait_for_screen(session, "Keys: Main")
+        subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
+        _wait_for_screen(session, "Boxes", absent="Keys: Main")  # an Escape right before a key reads as Alt+key
+        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
+        subprocess.run(["tmux", "wait-for", done], check=True, timeout=60)  # the console exited
+        boxes = tkbox_json("ls")
+        assert [b["name"] for b in boxes] == ["demo"] and boxes[0]["state"] == "running"  # the daemon lives on
+    finally:
+        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+        tkbox("down", check=False)
+        paths = DaemonPaths.from_env()
+        for directory in (paths.layers_root, paths.channels_root):
+            shutil.rmtree(directory, ignore_errors=True)
