@@ -9,6 +9,7 @@ closes the channel, writes the reason on stderr and exits with status 2.
 from __future__ import annotations
 
 import asyncio
+import errno
 import hashlib
 import os
 import signal
@@ -139,6 +140,8 @@ class Agent:
             self.channel.respond(ident)
         elif op == "signal":
             self.signal(ident, req["target"], req["signal"])
+        elif op == "resize":
+            self.resize(ident, req["target"], req["rows"], req["cols"])
         elif op == "exec":
             self.start_exec(ident, req)
         else:
@@ -178,6 +181,22 @@ class Agent:
             running.signal(signum)
         except ProcessLookupError:
             self.channel.fail(ident, "ESRCH", f"exec {target} has no processes left")
+            return
+        self.channel.respond(ident)
+
+    def resize(self, ident: int, target: int, rows: int, cols: int) -> None:
+        running = self.execs.get(target)
+        if running is None:
+            self.channel.fail(ident, "ESRCH", f"no running exec with id {target}")
+            return
+        if not running.is_pty:
+            self.channel.fail(ident, "ENOTTY", f"exec {target} has no pty")
+            return
+        try:
+            running.resize(rows, cols)
+        except (OSError, ValueError) as exc:
+            code = errno.errorcode.get(getattr(exc, "errno", None) or 0, "ENOTTY")
+            self.channel.fail(ident, code, f"cannot resize exec {target}: {exc}")
             return
         self.channel.respond(ident)
 

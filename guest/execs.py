@@ -8,6 +8,12 @@ timeout, and waits for the reaper to hand over the exit status. After the proces
 Stdin: the guest holds at most ``STDIN_WINDOW`` bytes the host sent and the process has not read. Every write to
 the pipe (or drop, once the pipe is broken) is acknowledged with STDIN_ACK, which reopens the host's window.
 Stdin never blocks the request loop, so ``signal`` and timeouts work on a process that never reads it.
+
+With ``pty: true`` the process runs on a new pseudo-terminal instead of pipes (``ptys``): it is a session leader
+with the slave as its controlling terminal and as stdin, stdout and stderr. The guest holds the master: its output
+goes out as STDOUT frames (there is no STDERR), STDIN is written to it within the same window, ``resize`` sets its
+size, ``signal`` goes to the terminal's foreground process group, and STDIN_EOF closes nothing (the process sees
+no end of input; a host that wants one sends Ctrl-D, ``\x04``, as STDIN).
 """
 
 from __future__ import annotations
@@ -19,12 +25,13 @@ import signal
 import subprocess
 from typing import Any
 
-from . import protocol, tasks
+from . import protocol, ptys, tasks
 from .channel import Channel, ChannelClosed
 from .protocol import ProtocolError, StdinWindow
 from .reaper import Reaper
 
 STDIN_WRITE = 64 * 1024
+PTY_TERM = "xterm-256color"  # TERM of a pty exec whose environment names none
 
 
 class StartError(Exception):
@@ -60,6 +67,8 @@ class Exec:
         self._status: asyncio.Future[int] | None = None
         self._stdin_fd: int | None = None
         self._out_fds: list[int] = []
+        self._out_kinds: tuple[int, ...] = (protocol.STDOUT, protocol.STDERR)
+        self._master: int | None = None  # a pty exec's master, for resize and the foreground group
         self._stdin_buf = bytearray()
         self._stdin_wake = asyncio.Event()
         self._stdin_eof = False
@@ -70,10 +79,36 @@ class Exec:
 
     # -- start ------------------------------------------------------------------------------------------------
 
+    @property
+    def is_pty(self) -> bool:
+        return bool(self.request.get("pty"))
+
+    def _popen(self, fds: list[int], **kwargs: Any) -> subprocess.Popen[bytes]:
+        """Popen the request's argv; on failure close ``fds`` and raise :class:`StartError`."""
+        try:
+            return subprocess.Popen(  # noqa: S603 - argv comes from the host, which decided it
+                self.request["argv"], cwd=self.request["cwd"], close_fds=True, restore_signals=True, **kwargs)
+        except OSError as exc:
+            for fd in fds:
+                _close(fd)
+            name = errno.errorcode.get(exc.errno or 0, "EIO")
+            where = f": {exc.filename}" if exc.filename else ""
+            raise StartError(name, f"{exc.strerror or exc}{where}") from None
+        except (ValueError, subprocess.SubprocessError) as exc:
+            for fd in fds:
+                _close(fd)
+            raise StartError("EINVAL", str(exc)) from None
+
+    def _watch(self, proc: subprocess.Popen[bytes]) -> None:
+        # The reaper owns waiting: Popen must never call waitpid on this pid (it could steal a reused pid's status).
+        proc.returncode = 0
+        self.pid = proc.pid
+        self._status = self.reaper.watch(self.pid)
+
     def start(self) -> int:
         """Spawn the process (raises :class:`StartError`) and register it with the reaper."""
-        if self.request.get("pty"):
-            raise StartError("ENOTSUP", "pty execs are not supported")
+        if self.is_pty:
+            return self._start_pty()
         ends: list[int] = []
         try:
             for _ in range(3):
@@ -83,30 +118,38 @@ class Exec:
                 _close(fd)
             raise StartError(errno.errorcode.get(exc.errno or 0, "EIO"), f"cannot make pipes: {exc.strerror}") from None
         in_r, in_w, out_r, out_w, err_r, err_w = ends
-        try:
-            proc = subprocess.Popen(  # noqa: S603 - argv comes from the host, which decided it
-                self.request["argv"], cwd=self.request["cwd"], env=self.env, stdin=in_r, stdout=out_w,
-                stderr=err_w, close_fds=True, process_group=0, restore_signals=True)
-        except OSError as exc:
-            for fd in ends:
-                _close(fd)
-            name = errno.errorcode.get(exc.errno or 0, "EIO")
-            where = f": {exc.filename}" if exc.filename else ""
-            raise StartError(name, f"{exc.strerror or exc}{where}") from None
-        except (ValueError, subprocess.SubprocessError) as exc:
-            for fd in ends:
-                _close(fd)
-            raise StartError("EINVAL", str(exc)) from None
-        # The reaper owns waiting: Popen must never call waitpid on this pid (it could steal a reused pid's status).
-        proc.returncode = 0
-        self.pid = proc.pid
-        self._status = self.reaper.watch(self.pid)
+        proc = self._popen(ends, env=self.env, stdin=in_r, stdout=out_w, stderr=err_w, process_group=0)
+        self._watch(proc)
         for fd in (in_r, out_w, err_w):
             _close(fd)
         for fd in (in_w, out_r, err_r):
             os.set_blocking(fd, False)
         self._stdin_fd = in_w
         self._out_fds = [out_r, err_r]
+        return self.pid
+
+    def _start_pty(self) -> int:
+        """Spawn on a new pty: the child is a session leader whose controlling terminal is the slave."""
+        fds: list[int] = []
+        try:
+            master, slave = ptys.open_pty(self.request["rows"], self.request["cols"])
+            fds += [master, slave]
+            fds += [os.dup(master), os.dup(master)]  # the output pump's and the stdin writer's own descriptors
+        except OSError as exc:
+            for fd in fds:
+                _close(fd)
+            raise StartError(errno.errorcode.get(exc.errno or 0, "EIO"), f"cannot open a pty: {exc.strerror}") from None
+        _, _, reader, writer = fds
+        env = self.env if "TERM" in self.env else {**self.env, "TERM": PTY_TERM}
+        proc = self._popen(fds, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,
+                           preexec_fn=ptys.take_controlling_tty)
+        self._watch(proc)
+        _close(slave)
+        os.set_blocking(master, False)  # one open file: the duplicates are non-blocking too
+        self._master = master
+        self._stdin_fd = writer
+        self._out_fds = [reader]
+        self._out_kinds = (protocol.STDOUT,)
         return self.pid
 
     # -- requests from the host ---------------------------------------------------------------------------------
@@ -128,14 +171,31 @@ class Exec:
         self._stdin_wake.set()
 
     def signal(self, signum: int) -> None:
-        """Signal the whole process group (raises ProcessLookupError when it is gone)."""
+        """Signal the process group (raises ProcessLookupError when it is gone); on a pty, the foreground group."""
+        foreground = ptys.foreground_group(self._master) if self._master is not None else None
+        if foreground is not None and foreground != self.pid:
+            try:
+                os.killpg(foreground, signum)
+                return
+            except (ProcessLookupError, PermissionError):
+                pass
         os.killpg(self.pid, signum)
 
+    def resize(self, rows: int, cols: int) -> None:
+        """Set a pty exec's window size (the kernel sends SIGWINCH); raises OSError, or ValueError without a pty."""
+        if self._master is None:
+            raise ValueError(f"exec {self.ident} has no pty")
+        ptys.set_size(self._master, rows, cols)
+
     def kill(self) -> None:
-        try:
-            os.killpg(self.pid, signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+        groups = {self.pid}
+        if self._master is not None:
+            groups.add(ptys.foreground_group(self._master) or self.pid)
+        for group in groups:
+            try:
+                os.killpg(group, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
 
     # -- running ----------------------------------------------------------------------------------------------
 
@@ -145,12 +205,14 @@ class Exec:
             return await self._run()
         finally:  # also when cancelled at the guest's end: the pumps close their own descriptors
             self._tasks.cancel_nowait()
+            _close(self._master)
+            self._master = None
 
     async def _run(self) -> dict[str, Any]:
         assert self._status is not None
         loop = asyncio.get_running_loop()
         pumps = [self._tasks.spawn(self._pump(fd, kind), name=f"exec-{self.ident}-pump")
-                 for fd, kind in zip(self._out_fds, (protocol.STDOUT, protocol.STDERR), strict=True)]
+                 for fd, kind in zip(self._out_fds, self._out_kinds, strict=True)]
         self._tasks.spawn(self._write_stdin(), name=f"exec-{self.ident}-stdin")
         timer = loop.call_later(self.timeout_ms / 1000, self._on_timeout) if self.timeout_ms else None
         try:

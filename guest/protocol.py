@@ -51,7 +51,9 @@ _LENGTHS = {
     STDIN_EOF: (4, 4), STDIN_ACK: (8, 8),
 }
 
-OPS = ("exec", "signal", "diff", "files", "shutdown", "ping")
+OPS = ("exec", "signal", "resize", "diff", "files", "shutdown", "ping")
+MAX_WINSIZE = 1000  # rows and columns of a pty, each 1..MAX_WINSIZE
+DEFAULT_WINSIZE = (24, 80)  # rows, cols of a pty exec that gives none
 ALLOWED_SIGNALS = frozenset({1, 2, 9, 15})  # SIGHUP, SIGINT, SIGKILL, SIGTERM
 CHANGES = ("added", "modified", "deleted", "mode")
 GIT_MODES = ("100644", "100755", "120000")
@@ -393,7 +395,7 @@ def validate_request(obj: Any) -> dict[str, Any]:
     what = f"{op} request"
     base = {"id", "op"}
     if op == "exec":
-        _keys(obj, base | {"argv", "cwd", "env", "timeout_ms"}, {"pty"}, what)
+        _keys(obj, base | {"argv", "cwd", "env", "timeout_ms"}, {"pty", "rows", "cols"}, what)
         argv = obj["argv"]
         if type(argv) is not list or not 1 <= len(argv) <= 4096:
             raise ProtocolError(f"{what}: argv must be a list of 1..4096 strings")
@@ -408,7 +410,25 @@ def validate_request(obj: Any) -> dict[str, Any]:
         _int(obj, "timeout_ms", 0, 2**31 - 1, what)
         if "pty" in obj and type(obj["pty"]) is not bool:
             raise ProtocolError(f"{what}: pty must be a boolean")
-        return {**obj, "pty": obj.get("pty", False)}
+        pty = obj.get("pty", False)
+        sized = ("rows" in obj) + ("cols" in obj)
+        if sized and not pty:
+            raise ProtocolError(f"{what}: rows and cols are only for pty execs")
+        if sized == 1:
+            raise ProtocolError(f"{what}: rows and cols come together")
+        if sized:
+            _int(obj, "rows", 1, MAX_WINSIZE, what)
+            _int(obj, "cols", 1, MAX_WINSIZE, what)
+        if pty:
+            rows, cols = DEFAULT_WINSIZE
+            return {**obj, "pty": True, "rows": obj.get("rows", rows), "cols": obj.get("cols", cols)}
+        return {**obj, "pty": False}
+    if op == "resize":
+        _keys(obj, base | {"target", "rows", "cols"}, set(), what)
+        _int(obj, "target", 0, MAX_U32, what)
+        _int(obj, "rows", 1, MAX_WINSIZE, what)
+        _int(obj, "cols", 1, MAX_WINSIZE, what)
+        return dict(obj)
     if op == "signal":
         _keys(obj, base | {"target", "signal"}, set(), what)
         _int(obj, "target", 0, MAX_U32, what)

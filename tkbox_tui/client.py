@@ -137,7 +137,16 @@ class ExecCall:
         self._credit_arrived = asyncio.Event()
 
     async def start(self, argv: list[str], *, cwd: str = "/workspace", env: dict[str, str] | None = None,
-                    stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None) -> None:
+                    stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None,
+                    tty: bool = False, rows: int | None = None, cols: int | None = None) -> None:
+        """Open the WebSocket and send the start message.
+
+        ``tty=True`` runs the command on a pseudo-terminal of ``rows`` x ``cols`` (both or neither; the box's
+        default 24 x 80 without them): its output arrives as stdout only, stdin (``stream_stdin``) is what is typed,
+        and ``resize`` follows the operator's window.
+        """
+        if (rows is None) != (cols is None) or (rows is not None and not tty):
+            raise ValueError("rows and cols come together, and only with tty=True")
         try:
             self.ws = await self.client._http().ws_connect(f"/{API_VERSION}/boxes/{self.ref}/exec",
                                                           max_msg_size=4 << 20)
@@ -152,6 +161,10 @@ class ExecCall:
             message["stdin_data"] = base64.b64encode(stdin).decode()
         if timeout:
             message["timeout"] = timeout
+        if tty:
+            message["tty"] = True
+            if rows is not None:
+                message.update(rows=rows, cols=cols)
         await self.ws.send_json(message)
 
     async def send_stdin(self, data: bytes) -> None:
@@ -178,6 +191,11 @@ class ExecCall:
     async def signal(self, name: str) -> None:
         assert self.ws is not None
         await self.ws.send_json({"type": "signal", "signal": name})
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Tell a tty exec its terminal's new size (1..1000 each; the daemon ignores anything else)."""
+        assert self.ws is not None
+        await self.ws.send_json({"type": "resize", "rows": rows, "cols": cols})
 
     async def messages(self) -> AsyncIterator[dict[str, Any] | tuple[int, bytes]]:
         assert self.ws is not None

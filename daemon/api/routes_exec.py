@@ -1,10 +1,13 @@
 """``GET /v1/boxes/{box}/exec`` (WebSocket): run one command through the command door.
 
 Client → daemon: a first text message ``{"type":"start", "argv", "cwd", "env", "stdin": "none"|"upfront"|"stream",
-"stdin_data": <base64, with upfront>, "timeout": <seconds>}``; then binary messages of stdin (stream mode),
-``{"type":"stdin_eof"}`` and ``{"type":"signal","signal":"INT"|"TERM"|"KILL"|"HUP"}``.
+"stdin_data": <base64, with upfront>, "timeout": <seconds>, "tty": <bool>, "rows": <1..1000>, "cols": <1..1000>}``
+(``tty``: run on a pseudo-terminal, ``rows``/``cols`` its size, only with ``tty`` and only together); then binary
+messages of stdin (stream mode), ``{"type":"stdin_eof"}``, ``{"type":"signal","signal":"INT"|"TERM"|"KILL"|"HUP"}``
+and, for a tty exec, ``{"type":"resize","rows","cols"}``.
 Daemon → client: ``{"type":"decision", …}``; then either ``{"type":"denied", "exit_code":126, …}`` or
-``{"type":"started", "stdin_window": N}``, binary output frames (first byte 1 = stdout, 2 = stderr),
+``{"type":"started", "stdin_window": N}``, binary output frames (first byte 1 = stdout, 2 = stderr; a tty exec
+has only stdout, the terminal's output),
 ``{"type":"stdin_credit", "bytes": n}`` as stdin reaches the process, and ``{"type":"exit", …}``.
 
 Stdin is credit-based: the client may have at most ``stdin_window`` bytes sent and not yet credited back.  So the
@@ -36,6 +39,12 @@ routes = web.RouteTableDef()
 MAX_CONTROL_BYTES = 2 << 20
 STDIN_WINDOW = 1 << 20  # stdin bytes a client may have in flight before the daemon credits them back
 SIGNALS = {"INT": 2, "TERM": 15, "KILL": 9, "HUP": 1}
+MAX_WINSIZE = 1000
+
+
+def _winsize(value: Any) -> int | None:
+    """A terminal dimension in 1..MAX_WINSIZE, or None for anything else."""
+    return value if type(value) is int and 1 <= value <= MAX_WINSIZE else None
 
 
 def parse_start(text: str) -> ExecStart:
@@ -43,7 +52,7 @@ def parse_start(text: str) -> ExecStart:
         message = strictjson.loads_object(text, max_bytes=MAX_CONTROL_BYTES)
     except strictjson.StrictJSONError as exc:
         raise ApiError(400, "invalid_request", f"the start message is not strict JSON: {exc}") from None
-    allowed = {"type", "argv", "cwd", "env", "stdin", "stdin_data", "timeout"}
+    allowed = {"type", "argv", "cwd", "env", "stdin", "stdin_data", "timeout", "tty", "rows", "cols"}
     if message.get("type") != "start" or set(message) - allowed:
         raise ApiError(400, "invalid_request", f"the first message is {{type: start}} with only {sorted(allowed)}")
     argv = message.get("argv")
@@ -67,8 +76,17 @@ def parse_start(text: str) -> ExecStart:
     cwd = message.get("cwd", "/workspace")
     if not isinstance(cwd, str):
         raise ApiError(400, "invalid_request", "cwd must be a string")
+    tty = message.get("tty", False)
+    if type(tty) is not bool:
+        raise ApiError(400, "invalid_request", "tty must be a boolean")
+    sized = [key for key in ("rows", "cols") if key in message]
+    if sized and (not tty or len(sized) != 2):
+        raise ApiError(400, "invalid_request", "rows and cols come together, and only with tty: true")
+    rows, cols = (_winsize(message.get("rows")), _winsize(message.get("cols"))) if sized else (None, None)
+    if sized and (rows is None or cols is None):
+        raise ApiError(400, "invalid_request", f"rows and cols are integers in 1..{MAX_WINSIZE}")
     return ExecStart(argv=tuple(argv), cwd=cwd, env=env, stdin=data, stdin_streamed=mode == "stream",
-                     timeout=timeout)
+                     timeout=timeout, tty=tty, rows=rows, cols=cols)
 
 
 @routes.get("/v1/boxes/{box}/exec")
@@ -143,6 +161,10 @@ async def _client_to_session(socket: web.WebSocketResponse, session: Any) -> Non
                     pending.put_nowait(None)
                 elif control.get("type") == "signal" and control.get("signal") in SIGNALS:
                     await session.signal(SIGNALS[control["signal"]])
+                elif control.get("type") == "resize":
+                    rows, cols = _winsize(control.get("rows")), _winsize(control.get("cols"))
+                    if rows is not None and cols is not None:
+                        await session.resize(rows, cols)
             else:
                 break
     finally:

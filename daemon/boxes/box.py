@@ -212,8 +212,9 @@ class Box:
             raise ExecRefused("state", f"box {self.settings.name} is {self.state}; nothing more runs in it")
         if len(self.execs) >= self.settings.limit("execs"):
             raise ExecRefused("limit", limits.EXECS_PER_BOX.refusal(f"{len(self.execs)} commands running"))
-        request = session.request
-        handle = await self.link.exec(list(request.argv), request.cwd, dict(request.env), timeout_seconds * 1000)
+        request, start = session.request, session.start_request
+        handle = await self.link.exec(list(request.argv), request.cwd, dict(request.env), timeout_seconds * 1000,
+                                      pty=start.tty, rows=start.rows, cols=start.cols)
         reply = await handle.started
         if reply.get("ok") is False:
             error = reply["error"]

@@ -32,6 +32,9 @@ class ExecStart:
     stdin: bytes | None = None
     stdin_streamed: bool = False
     timeout: int | None = None
+    tty: bool = False  # on a pseudo-terminal of rows x cols (the guest's 24 x 80 when not given)
+    rows: int | None = None
+    cols: int | None = None
 
 
 class ExecDenied(Exception):
@@ -47,7 +50,7 @@ class ExecSession:
         self.box = box
         self.start_request = start
         self.request = ExecRequest(argv=start.argv, cwd=start.cwd, env=dict(start.env), stdin=start.stdin,
-                                   stdin_streamed=start.stdin_streamed)
+                                   stdin_streamed=start.stdin_streamed, tty=start.tty)
         self.decision_id: str | None = None
         self.command = ""
         self.guest: GuestExec | None = None
@@ -70,7 +73,8 @@ class ExecSession:
                                           "reason": decision.reason, "verdict": decision.verdict})
             raise ExecDenied(shown)
         self.decision_id = decision.decision_id
-        timeout = self.start_request.timeout or self.box.settings.limit("exec_timeout")
+        start = self.start_request
+        timeout = start.timeout or self.box.settings.limit("exec_timeout")
         self.guest = await self.box.start_guest_exec(self, timeout)
         self.box.emit("exec.started", {"command": self.command, "decision_id": self.decision_id,
                                        "rule_ids": list(decision.rule_ids), "verdict": decision.verdict})
@@ -103,6 +107,14 @@ class ExecSession:
         if self.guest is not None and not self.guest.exited:
             try:
                 await self.guest.signal(signum)
+            except GuestFailure:
+                pass
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Set a pty exec's window size (ignored for an exec without a pty, or one that has ended)."""
+        if self.guest is not None and self.start_request.tty and not self.guest.exited and not self._aborted:
+            try:
+                await self.guest.resize(rows, cols)
             except GuestFailure:
                 pass
 

@@ -25,7 +25,6 @@ READ_CHUNK = 256 * 1024
 OUTPUT_QUEUE_FRAMES = 256
 STDOUT, STDERR = 1, 2
 
-
 class GuestFailure(RuntimeError):
     """The channel to the guest is gone or the guest broke the protocol; the message says which."""
 
@@ -68,6 +67,14 @@ class GuestExec:
     async def signal(self, signum: int) -> None:
         if not self.exited:
             await self.link.request("signal", target=self.id, signal=signum)
+
+    async def resize(self, rows: int, cols: int) -> dict[str, Any] | None:
+        """Set a pty exec's window size; returns the guest's reply (None once the exec has ended)."""
+        if not 1 <= rows <= wire.MAX_WINSIZE or not 1 <= cols <= wire.MAX_WINSIZE:
+            raise ValueError(f"rows and cols must be in 1..{wire.MAX_WINSIZE}")
+        if self.exited:
+            return None
+        return await self.link.request("resize", target=self.id, rows=rows, cols=cols)
 
 
 @dataclass
@@ -121,15 +128,25 @@ class GuestLink:
             reply = {**reply, "_data": bytes(pending.data)}
         return reply
 
-    async def exec(self, argv: list[str], cwd: str, env: dict[str, str], timeout_ms: int) -> GuestExec:
-        """Start a process; returns once the guest said it started (or raises GuestFailure / the guest's error)."""
+    async def exec(self, argv: list[str], cwd: str, env: dict[str, str], timeout_ms: int, *,
+                   pty: bool = False, rows: int | None = None, cols: int | None = None) -> GuestExec:
+        """Start a process; returns once the guest said it started (or raises GuestFailure / the guest's error).
+
+        ``pty=True`` runs it on a new pseudo-terminal of ``rows`` x ``cols`` (the guest's 24 x 80 when not given).
+        """
+        request: dict[str, Any] = {"argv": argv, "cwd": cwd, "env": env, "timeout_ms": timeout_ms}
+        if pty:
+            request["pty"] = True
+            if rows is not None and cols is not None:
+                if not 1 <= rows <= wire.MAX_WINSIZE or not 1 <= cols <= wire.MAX_WINSIZE:
+                    raise ValueError(f"rows and cols must be in 1..{wire.MAX_WINSIZE}")
+                request.update(rows=rows, cols=cols)
         ident = self._new_id()
         started: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         handle = GuestExec(self, ident, started)
         self._pending[ident] = _Pending("exec", started, exec=handle)
         self._execs[ident] = handle
-        await self.send(wire.encode_json_frame(
-            wire.REQUEST, {"id": ident, "op": "exec", "argv": argv, "cwd": cwd, "env": env, "timeout_ms": timeout_ms}))
+        await self.send(wire.encode_json_frame(wire.REQUEST, {"id": ident, "op": "exec", **request}))
         return handle
 
     async def _read_loop(self) -> None:

@@ -5,7 +5,7 @@ shell-quoted, and a first word a shell would not read as a program (an assignmen
 a reserved word) is quoted so it is; a first word starting with ``%`` (a job spec)
 is refused.  A per-exec environment appears as a leading ``env K=V``.  Stdin known up
 front is decided as its SHA-256 and size, plus its text when it is UTF-8 of at most
-4 KiB.
+4 KiB.  An exec on a pseudo-terminal says ``"tty": true``.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ class ExecRequest:
     env: dict[str, str] = field(default_factory=dict)
     stdin: bytes | None = None  # known up front; None means streamed (or none)
     stdin_streamed: bool = False
+    tty: bool = False  # on a pseudo-terminal (interactive); the decision says so
 
 
 def quote_word(word: str, *, first: bool) -> str:
@@ -119,4 +120,6 @@ def decision_args(request: ExecRequest) -> dict[str, Any]:
         args.update(stdin_fields(request.stdin))
     elif request.stdin_streamed:
         args["stdin"] = "streamed"
+    if request.tty:
+        args["tty"] = True
     return args

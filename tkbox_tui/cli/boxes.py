@@ -6,8 +6,11 @@ import argparse
 import asyncio
 import json
 import os
+import select
 import signal
 import sys
+import termios
+import tty
 from pathlib import Path
 from typing import Any
 
@@ -102,6 +105,9 @@ async def _exec(argv: list[str]) -> int:
     parser.add_argument("--stdin", choices=("auto", "none", "stream"), default="auto",
                         help="auto: stream when stdin is not a terminal; none: no stdin")
     parser.add_argument("--timeout", type=int, help="seconds before the command is killed")
+    parser.add_argument("-t", "--tty", action="store_true",
+                        help="run on a terminal in the box (interactive: keys go raw to the command); needs a "
+                             "terminal on stdin")
     if "--" not in argv:
         if "-h" in argv or "--help" in argv:
             parser.parse_args(["--help"])
@@ -118,26 +124,79 @@ async def _exec(argv: list[str]) -> int:
             print(f"tkbox exec: --env takes K=V, not {item!r}", file=sys.stderr)
             return 2
         env[name] = value
-    stream = args.stdin == "stream" or (args.stdin == "auto" and not sys.stdin.isatty())
+    terminal = None
+    if args.tty:
+        if not sys.stdin.isatty():
+            print("tkbox exec: --tty needs a terminal on stdin, and stdin is not one; drop --tty to stream stdin "
+                  "to the command instead", file=sys.stderr)
+            return 2
+        if args.stdin != "auto":
+            print("tkbox exec: --tty reads the terminal; it does not combine with --stdin", file=sys.stderr)
+            return 2
+        terminal = RawTerminal(sys.stdin.fileno())
+    stream = args.tty or args.stdin == "stream" or (args.stdin == "auto" and not sys.stdin.isatty())
+    size = terminal.size() if terminal is not None else None
     async with DaemonClient() as client:
         call = client.exec(args.box)
         try:
-            await call.start(command, cwd=args.cwd, env=env, stream_stdin=stream, timeout=args.timeout)
+            await call.start(command, cwd=args.cwd, env=env, stream_stdin=stream, timeout=args.timeout,
+                             tty=args.tty, rows=size[0] if size else None, cols=size[1] if size else None)
         except DaemonError as error:
             return _fail(error, "exec")
-        return await _drive_exec(call, stream)
+        return await _drive_exec(call, stream, terminal)
 
 
-async def _drive_exec(call: Any, stream: bool) -> int:
+class RawTerminal:
+    """The operator's terminal for ``--tty``: raw while the command runs, restored (idempotently) after."""
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+        self.saved: list[Any] | None = None
+
+    def size(self) -> tuple[int, int] | None:
+        """(rows, cols) of the terminal, or None when it reports none (0 x 0) or an absurd one."""
+        try:
+            cols, rows = os.get_terminal_size(self.fd)
+        except OSError:
+            return None
+        return (rows, cols) if 1 <= rows <= 1000 and 1 <= cols <= 1000 else None
+
+    def enter(self) -> None:
+        self.saved = termios.tcgetattr(self.fd)
+        tty.setraw(self.fd, termios.TCSANOW)  # TCSANOW: keys typed ahead are kept, not flushed
+
+    def restore(self) -> None:
+        if self.saved is not None:
+            saved, self.saved = self.saved, None
+            termios.tcsetattr(self.fd, termios.TCSADRAIN, saved)
+
+
+async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = None) -> int:
     loop = asyncio.get_running_loop()
     interrupts = 0
+    stopped_by: int | None = None
+    main = asyncio.current_task()
 
     def on_interrupt() -> None:
         nonlocal interrupts
         interrupts += 1
         spawn(call.signal("INT" if interrupts == 1 else "KILL"), name="exec-interrupt")
 
+    def on_winch() -> None:
+        size = terminal.size() if terminal is not None else None
+        if size is not None:
+            spawn(call.resize(*size), name="exec-resize")
+
+    def on_stop(signum: int) -> None:  # SIGTERM/SIGHUP while the terminal is raw: end here and restore it
+        nonlocal stopped_by
+        stopped_by = signum
+        if main is not None:
+            main.cancel()
+
     loop.add_signal_handler(signal.SIGINT, on_interrupt)
+    if terminal is not None:
+        for signum in (signal.SIGTERM, signal.SIGHUP):
+            loop.add_signal_handler(signum, on_stop, signum)
     feeder = None
     try:
         async for message in call.messages():
@@ -148,11 +207,17 @@ async def _drive_exec(call: Any, stream: bool) -> int:
                 target.flush()
                 continue
             kind = message.get("type")
+            if kind != "started" and terminal is not None:
+                terminal.restore()  # anything but output is printed on a sane terminal
             if kind == "decision" and message.get("verdict") == "flag":
                 print(f"tkbox: flagged by {', '.join(message['rule_ids'])}: {message['reason']}", file=sys.stderr)
             elif kind == "decision" and "TK-UNRECORDED" in message.get("rule_ids", []):
                 print("tkbox: WARNING: UNRECORDED — this daemon has no signer; nothing is decided or recorded",
                       file=sys.stderr)
+            elif kind == "started" and terminal is not None:
+                terminal.enter()
+                loop.add_signal_handler(signal.SIGWINCH, on_winch)
+                feeder = spawn(_feed_keys(call, terminal.fd), name="exec-keys")
             elif kind == "started" and stream:
                 feeder = spawn(_feed_stdin(call), name="exec-stdin")
             elif kind == "denied":
@@ -168,13 +233,49 @@ async def _drive_exec(call: Any, stream: bool) -> int:
                     print(f"tkbox exec: {message['error']}", file=sys.stderr)
                     return 2
                 return int(message["exit_code"])
+        if terminal is not None:
+            terminal.restore()
         print("tkbox exec: the daemon closed the connection before the command ended", file=sys.stderr)
         return 2
+    except asyncio.CancelledError:
+        if stopped_by is None:
+            raise
+        return 128 + stopped_by  # the command is stopped by closing the connection (the daemon kills it)
     finally:
-        loop.remove_signal_handler(signal.SIGINT)
+        if terminal is not None:
+            terminal.restore()
+        for signum in (signal.SIGINT, signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP):
+            loop.remove_signal_handler(signum)
         if feeder is not None:
             feeder.cancel()
         await call.close()
+
+
+async def _feed_keys(call: Any, fd: int) -> None:
+    """Forward what is typed, as it is typed, within the daemon's stdin credit.
+
+    The descriptor stays blocking (O_NONBLOCK would be shared with the operator's shell and console), so each
+    read is preceded by a zero-timeout ``select``.
+    """
+    loop = asyncio.get_running_loop()
+    ready = asyncio.Event()
+    loop.add_reader(fd, ready.set)
+    try:
+        while True:
+            await ready.wait()
+            ready.clear()
+            # The reader callback may have fired again before the last read: check, since the fd blocks.
+            if not select.select([fd], [], [], 0)[0]:
+                continue
+            try:
+                data = os.read(fd, 4096)
+            except OSError:
+                data = b""
+            if not data:  # the terminal hung up; on a pty, STDIN_EOF would change nothing
+                return
+            await call.send_stdin(data)
+    finally:
+        loop.remove_reader(fd)
 
 
 async def _feed_stdin(call: Any) -> None:
