@@ -301,3 +301,16 @@ async def test_shell_without_pty_support_says_so(tmp_path, monkeypatch):
         await _started(app, pilot)
         await pilot.press("s")
         await wait_until(pilot, lambda: any(shell.NO_PTY_MESSAGE in n.message for n in app._notifications))
+
+
+async def test_keys_typed_ahead_of_the_confirm_never_land_on_yes(tmp_path):
+    from textual import events
+
+    fake, app = _app(tmp_path)
+    async with app.run_test(size=(120, 40)) as pilot:
+        await _started(app, pilot)
+        for key, character in (("d", "d"), ("space", " "), ("enter", "\r")):  # all queued before any is handled
+            app.post_message(events.Key(key, character))
+        await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
+        await pilot.pause()
+    assert not any(call[0] == "remove_box" for call in fake.calls)

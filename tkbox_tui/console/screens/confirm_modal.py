@@ -14,6 +14,9 @@ from ..keymap import bindings_for
 class ConfirmModal(ModalScreen[bool]):
     """Dismisses True only on ``y`` or the Yes button; ``n``, Escape and the focused No button give False."""
 
+    AUTO_FOCUS = "#confirm-no"
+    """The safe button has the focus from the first key on: no key typed ahead can land on Yes."""
+
     BINDINGS = bindings_for("confirm")
     DEFAULT_CSS = """
     ConfirmModal { align: center middle; }
