@@ -314,3 +314,11 @@ async def test_keys_typed_ahead_of_the_confirm_never_land_on_yes(tmp_path):
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
         await pilot.pause()
     assert not any(call[0] == "remove_box" for call in fake.calls)
+
+
+def test_a_refused_shell_is_reported_with_its_reason():
+    from tkbox_tui.console.shell import describe_exit
+
+    assert "refused" in describe_exit(126) and "rule" in describe_exit(126)
+    assert describe_exit(0) == "shell ended (exit 0)"
+    assert "cannot suspend" in describe_exit(None)

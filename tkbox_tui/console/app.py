@@ -434,7 +434,7 @@ class ConsoleApp(ThemeMixin, App[int]):
 
     def _run_shell(self, command: list[str]) -> None:
         code = shell.run_suspended(self, command)
-        self.notify(f"shell ended (exit {code})" if code is not None else shell.NO_SUSPEND_MESSAGE)
+        self.notify(shell.describe_exit(code), severity="warning" if code in (None, 126) else "information")
 
     async def on_unmount(self) -> None:
         self.stop_watching_themes()

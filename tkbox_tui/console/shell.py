@@ -44,3 +44,12 @@ def run_suspended(app: Any, command: list[str]) -> int | None:
             return subprocess.run(command).returncode
     except SuspendNotSupported:
         return None
+
+
+def describe_exit(code: int | None) -> str:
+    """What to tell the operator when the shell returns (a denial is shown, not lost with the terminal)."""
+    if code is None:
+        return NO_SUSPEND_MESSAGE
+    if code == 126:
+        return "the shell was refused (exit 126): the signer did not allow it; the event log says which rule"
+    return f"shell ended (exit {code})"
