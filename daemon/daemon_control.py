@@ -7,13 +7,11 @@ import json
 import os
 import signal
 import socket
-import subprocess
 import sys
-import time
 from typing import Any
 
 from .config import DaemonPaths
-from .processes import alive, log_tail
+from .processes import StartFailed, start_in_background, wait_until_gone
 from .wire import API_VERSION
 
 START_TIMEOUT_SECONDS = 30.0
@@ -56,22 +54,13 @@ def up(paths: DaemonPaths, *, backend: str = "auto") -> dict[str, Any]:
     if answer is not None:
         return {**answer, "started": False}
     paths.ensure()
-    log = open(paths.log_file, "ab")  # noqa: SIM115 - handed to the child
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tkbox_daemon.daemon_process", "--backend", backend],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, start_new_session=True,
-    )
-    log.close()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise DaemonControlError(f"the daemon exited with status {child.returncode}:\n{log_tail(paths.log_file)}")
-        answer = health(paths)
-        if answer is not None:
-            return {**answer, "started": True, "pid": child.pid}
-        time.sleep(0.05)  # the child is starting; poll its socket
-    child.terminate()
-    raise DaemonControlError(f"the daemon did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{log_tail(paths.log_file)}")
+    try:
+        answer, pid = start_in_background([sys.executable, "-m", "tkbox_daemon.daemon_process", "--backend", backend],
+                                          paths.log_file, lambda: health(paths), what="daemon",
+                                          timeout=START_TIMEOUT_SECONDS, umask=0o022)
+    except StartFailed as exc:
+        raise DaemonControlError(str(exc)) from None
+    return {**answer, "started": True, "pid": pid}
 
 
 def down(paths: DaemonPaths) -> dict[str, Any]:
@@ -83,9 +72,6 @@ def down(paths: DaemonPaths) -> dict[str, Any]:
     except (OSError, ValueError):
         raise DaemonControlError(f"the daemon answers but {paths.pid_file} names no pid; stop it by hand") from None
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return {"stopped": True, "pid": pid}
-        time.sleep(0.05)
+    if wait_until_gone(pid, STOP_TIMEOUT_SECONDS):
+        return {"stopped": True, "pid": pid}
     raise DaemonControlError(f"the daemon (pid {pid}) did not stop within {STOP_TIMEOUT_SECONDS:.0f}s")

@@ -75,6 +75,9 @@ def _take_lock(paths: DaemonPaths) -> int:
 
 
 async def serve(config: DaemonConfig, backend: BoxBackend) -> None:
+    # Box trees (base copy, /etc, the guest) must be readable by box uids; everything private is created with an
+    # explicit 0600/0700 mode, so the daemon's umask is fixed here rather than inherited from a shell.
+    os.umask(0o022)
     if not config.unrecorded:
         await check_signer(config)
     else:

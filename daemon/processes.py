@@ -4,7 +4,13 @@ from __future__ import annotations
 
 import fcntl
 import os
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 
 class AlreadyRunning(RuntimeError):
@@ -36,3 +42,35 @@ def log_tail(path: Path, lines: int = 15) -> str:
         return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
     except OSError:
         return f"(no log at {path})"
+
+
+class StartFailed(RuntimeError):
+    """A background process exited or did not answer in time; the message holds the tail of its log."""
+
+
+def start_in_background(argv: list[str], log_path: Path, answer: Callable[[], T | None], *, what: str,
+                        timeout: float, env: dict[str, str] | None = None, umask: int = 0o077) -> tuple[T, int]:
+    """Start ``argv`` in its own session (with ``umask``, output to ``log_path``) and wait until ``answer()``
+    gives something; returns that and the child's pid."""
+    with open(log_path, "ab") as log:
+        child = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env,
+                                 start_new_session=True, preexec_fn=lambda: os.umask(umask))
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if child.poll() is not None:
+            raise StartFailed(f"the {what} exited with status {child.returncode}:\n{log_tail(log_path)}")
+        reply = answer()
+        if reply is not None:
+            return reply, child.pid
+        time.sleep(0.05)  # the child is starting; poll its socket
+    child.terminate()
+    raise StartFailed(f"the {what} did not answer within {timeout:.0f}s:\n{log_tail(log_path)}")
+
+
+def wait_until_gone(pid: int, timeout: float) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not alive(pid):
+            return True
+        time.sleep(0.05)  # no portable event for another process's exit
+    return False

@@ -25,6 +25,16 @@ import struct
 from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tkbox_daemon.box.syscalls import (
+    CLONE_NEWCGROUP,
+    CLONE_NEWIPC,
+    CLONE_NEWNET,
+    CLONE_NEWNS,
+    CLONE_NEWPID,
+    CLONE_NEWUSER,
+    CLONE_NEWUTS,
+)
+
 AUDIT_ARCH_X86_64 = 0xC000003E
 X32_SYSCALL_BIT = 0x40000000
 AF_VSOCK = 40
@@ -53,13 +63,6 @@ BPF_JMP_JSET_K = 0x45
 BPF_RET_K = 0x06
 
 # Namespace flags clone(2) may not carry (CLONE_NEWTIME only exists for clone3/unshare, both refused anyway).
-CLONE_NEWNS = 0x00020000
-CLONE_NEWCGROUP = 0x02000000
-CLONE_NEWUTS = 0x04000000
-CLONE_NEWIPC = 0x08000000
-CLONE_NEWUSER = 0x10000000
-CLONE_NEWPID = 0x20000000
-CLONE_NEWNET = 0x40000000
 CLONE_NAMESPACE_FLAGS = (CLONE_NEWNS | CLONE_NEWCGROUP | CLONE_NEWUTS | CLONE_NEWIPC | CLONE_NEWUSER
                          | CLONE_NEWPID | CLONE_NEWNET)
 

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import sys
-import time
 from typing import Any
 
-from ..processes import alive, log_tail
+from ..processes import StartFailed, start_in_background, wait_until_gone
 from .client import SignerClient, SignerError, SignerUnreachable
 from .paths import SignerPaths
 
@@ -41,24 +39,14 @@ def up(paths: SignerPaths, *, pack: str = "default") -> dict[str, Any]:
     if running is not None:
         return {**running, "started": False}
     paths.ensure()
-    log = open(paths.log_file, "ab")  # noqa: SIM115 - handed to the child
     env = {**os.environ, "TKBOX_SIGNER_DATA_DIR": str(paths.data_dir), "TKBOX_SIGNER_RUNTIME_DIR": str(paths.runtime_dir)}
-    child = subprocess.Popen(
-        [sys.executable, "-m", "tkbox_daemon.signer.process", "--pack", pack],
-        stdin=subprocess.DEVNULL, stdout=log, stderr=log, env=env, start_new_session=True,
-        preexec_fn=lambda: os.umask(0o077),
-    )
-    log.close()
-    deadline = time.monotonic() + START_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if child.poll() is not None:
-            raise ControlError(f"the signer exited with status {child.returncode}:\n{log_tail(paths.log_file)}")
-        time.sleep(0.05)  # the child is starting; poll its socket
-        answer = hello(paths)
-        if answer is not None:
-            return {**answer, "started": True}
-    child.terminate()
-    raise ControlError(f"the signer did not answer within {START_TIMEOUT_SECONDS:.0f}s:\n{log_tail(paths.log_file)}")
+    try:
+        answer, _ = start_in_background([sys.executable, "-m", "tkbox_daemon.signer.process", "--pack", pack],
+                                        paths.log_file, lambda: hello(paths), what="signer",
+                                        timeout=START_TIMEOUT_SECONDS, env=env)
+    except StartFailed as exc:
+        raise ControlError(str(exc)) from None
+    return {**answer, "started": True}
 
 
 def down(paths: SignerPaths) -> dict[str, Any]:
@@ -68,9 +56,6 @@ def down(paths: SignerPaths) -> dict[str, Any]:
         return {"stopped": False, "reason": "no signer answers on " + str(paths.socket)}
     pid = int(answer["pid"])
     os.kill(pid, signal.SIGTERM)
-    deadline = time.monotonic() + STOP_TIMEOUT_SECONDS
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return {"stopped": True, "pid": pid}
-        time.sleep(0.05)
+    if wait_until_gone(pid, STOP_TIMEOUT_SECONDS):
+        return {"stopped": True, "pid": pid}
     raise ControlError(f"the signer (pid {pid}) did not stop within {STOP_TIMEOUT_SECONDS:.0f}s; kill it with: kill {pid}")
