@@ -5,7 +5,9 @@
 ``VerifyReport`` whose exit code is 0 (VERIFIED), 1 (FAILED) or 2 (unusable trust
 file or bundle).  Checks run in the order of ``verify_report.CHECK_NAMES``; the
 per-record work (parsing, hashing, Ed25519) runs in a process pool for large bundles
-while this process parses the proofs and opens the checkpoint.
+(``verify_pool``) while this process parses the proofs, checks the manifest and the
+checkpoint, proves each chunk's inclusion as it comes back, and takes chunks itself when
+it has nothing else to do.
 """
 
 from __future__ import annotations
@@ -16,9 +18,9 @@ import json
 import os
 import sys
 from collections.abc import Sequence
+from operator import itemgetter
 
 from .bundle import KEY_RECORDS, PROOFS, RUN_RECORDS
-from .records import RecordError
 from .trust import Trust, TrustError, load_trust
 from .verify_chain import (
     check_inclusion,
@@ -39,9 +41,11 @@ from .verify_checks import (
 )
 from .verify_inclusion import ProofsError, parse_proofs
 from .verify_pool import PARALLEL_MIN_RECORDS, RecordCheck
-from .verify_records import RecordFacts, check_framing
+from .verify_records import RecordFacts
 from .verify_report import EXIT_UNUSABLE, CheckResult, VerifyReport, conclude, passed, unusable
 from .zipread import DEFAULT_LIMITS, ZipLimits, ZipRefused, read_zip
+
+_LINE_NO = itemgetter(0)  # RecordFacts.line_no
 
 
 def verify_bundle(
@@ -92,17 +96,12 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
     checks.append(layout)
 
     evidence = Evidence(trust, entries, manifest)
-    framed, line_counts = {}, {}
-    for name in (KEY_RECORDS, RUN_RECORDS):
-        try:
-            line_counts[name] = check_framing(entries[name], name)
-            framed[name] = entries[name]
-        except RecordError as exc:
-            evidence.file_errors[name] = str(exc)
     pinned = {key.kid: key.public_key for key in trust.record_keys if key.alg in trust.algs}
-    record_check = RecordCheck([framed.get(KEY_RECORDS, b""), framed.get(RUN_RECORDS, b"")], pinned,
-                               parallel_min=parallel_min, workers=workers,
-                               line_counts=[line_counts.get(KEY_RECORDS, 0), line_counts.get(RUN_RECORDS, 0)])
+    # Frames the record files and starts checking their lines (in a pool, for big files).
+    record_check = RecordCheck({name: entries[name] for name in (KEY_RECORDS, RUN_RECORDS)}, pinned,
+                               parallel_min=parallel_min, workers=workers)
+    evidence.file_errors.update(record_check.file_errors)
+    framed = {name for name in (KEY_RECORDS, RUN_RECORDS) if name not in record_check.file_errors}
     try:
         # While the pool (if any) checks records: proofs, manifest and checkpoint, then
         # inclusion of each chunk of records as it comes back.
@@ -118,14 +117,14 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
             merged[index].extend(facts)
             if evidence.inclusion is not None:
                 evidence.inclusion.add(positions_of(facts))
+        key_facts, run_facts = (sorted(facts, key=_LINE_NO) for facts in merged)
+        evidence.key_facts = key_facts if KEY_RECORDS in framed else None
+        evidence.run_facts = run_facts if RUN_RECORDS in framed else None
+        for check in (check_keys, check_signatures, check_run_chain, check_inclusion, check_run_closed, check_policy):
+            checks.append(check(evidence))
+        return conclude(checks, assurance_of(evidence))
     finally:
-        record_check.close()
-    key_facts, run_facts = (sorted(facts, key=lambda fact: fact.line_no) for facts in merged)
-    evidence.key_facts = key_facts if KEY_RECORDS in framed else None
-    evidence.run_facts = run_facts if RUN_RECORDS in framed else None
-    for check in (check_keys, check_signatures, check_run_chain, check_inclusion, check_run_closed, check_policy):
-        checks.append(check(evidence))
-    return conclude(checks, assurance_of(evidence))
+        record_check.close()  # the workers have been exiting meanwhile
 
 
 class _UsageError(Exception):

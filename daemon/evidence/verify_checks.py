@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import re
 from dataclasses import dataclass, field
+from operator import attrgetter
 from typing import Any
 
 from .. import strictjson
@@ -23,6 +24,7 @@ from .verify_records import RecordFacts, canonical_json, data_schema_error
 from .verify_report import CheckResult, failed, passed, skipped
 
 MAX_MANIFEST_BYTES = 1 << 20
+_SEQ_OF = attrgetter("seq")  # a record parsed when its seq is not None
 MANIFEST_FIELDS = frozenset({"format", "run_id", "tree_size", "files"})
 _RUN_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}", re.ASCII)
 _FILE_HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
@@ -47,7 +49,7 @@ class Evidence:
 
     def all_parsed(self) -> bool:
         return all(
-            facts is not None and all(fact.parsed for fact in facts) for facts in (self.key_facts, self.run_facts)
+            facts is not None and None not in map(_SEQ_OF, facts) for facts in (self.key_facts, self.run_facts)
         )
 
 

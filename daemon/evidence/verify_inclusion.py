@@ -1,28 +1,36 @@
-"""Inclusion proofs for verify: strict parsing of ``proofs.json`` and proof checking with a cache of verified nodes.
+"""Inclusion proofs for verify: strict parsing of ``proofs.json`` and proof checking.
 
-Every record of a bundle is proven against the checkpoint's root.  Proofs of nearby
-leaves share most of their nodes, so nodes already proven to lie on a path to the root
-are kept by position ``(level, index)``: a new proof is hashed only up to the first
-node that is already known, and its remaining nodes must then *equal* the known
-siblings (so no byte of any proof goes unchecked).  Positions follow
-``merkle.tree_levels``: a level's odd last node is carried up unchanged.
+Every record of a bundle is proven against the checkpoint's root.  Records of consecutive
+seqs are checked together against one computation of their part of the tree
+(``verify_tree``: no proof is walked on its own, and only the nodes the records' leaves do not
+determine are decoded).  What that does not accept, and records in short runs, are checked
+proof by proof by ``InclusionChecker``: proofs of nearby leaves share most of their nodes, so
+nodes already proven to lie on a path to the root are kept by position ``(level, index)``: a
+new proof is hashed only up to the first node that is already known, and its remaining nodes
+must then *equal* the known siblings (so no byte of any proof goes unchecked).  Positions
+follow ``merkle.tree_levels``: a level's odd last node is carried up unchanged.
 """
 
 from __future__ import annotations
 
 import binascii
+import hashlib
 import json
 import re
 from dataclasses import dataclass
+from operator import itemgetter
 
 from .. import strictjson
 from . import merkle
 from .records import MAX_SEQ
+from .verify_tree import accepted_in_range
 
 MAX_PROOFS_BYTES = 64 << 20
 MAX_PROOF_NODES = 64
 MAX_PROOFS = 500_000  # two files of at most 250,000 records
+MIN_SHARED_RUN = 16  # shorter runs of consecutive seqs are cheaper to check proof by proof, with the cache
 _SEQ_KEY = re.compile(r"0|[1-9][0-9]{0,15}", re.ASCII)
+_SEQ_KEYS = re.compile(r"(?:0|[1-9][0-9]{0,15})(?:\n(?:0|[1-9][0-9]{0,15}))*", re.ASCII)  # keys joined by newlines
 
 
 class ProofsError(ValueError):
@@ -50,9 +58,11 @@ def parse_proofs(data: bytes) -> ProofsFile:
     if data.count(b'"') > len(data) // 16 + 16 or data.count(b"[") > 2 * MAX_PROOFS + 16:
         raise ProofsError("proofs.json holds implausibly many proofs or strings")
     try:
-        document = _PROOFS_DECODER.decode(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise ProofsError(f"proofs.json is not UTF-8 (byte {exc.start})") from None
+    try:
+        document = _PROOFS_DECODER.decode(text)
     except (strictjson.StrictJSONError, ValueError, RecursionError) as exc:
         raise ProofsError(f"proofs.json is not strict canonical JSON: {str(exc)[:200]}") from None
     if not isinstance(document, dict) or list(document) != ["proofs", "tree_size"]:
@@ -62,6 +72,10 @@ def parse_proofs(data: bytes) -> ProofsFile:
         raise ProofsError("proofs.json tree_size is not a positive integer")
     if not isinstance(proofs, dict):
         raise ProofsError("proofs.json proofs is not an object")
+    keys, lists = list(proofs), list(proofs.values())
+    if (keys and _SEQ_KEYS.fullmatch("\n".join(keys)) and set(map(type, lists)) == {list}
+            and max(map(len, lists)) <= MAX_PROOF_NODES):  # all well-formed: convert them at once
+        return ProofsFile(tree_size, dict(zip(map(int, keys), lists, strict=True)))
     parsed: dict[int, list[str]] = {}
     for key, nodes in proofs.items():
         if not _SEQ_KEY.fullmatch(key):
@@ -174,12 +188,28 @@ class InclusionChecker:
         return None
 
 
+_sha256 = hashlib.sha256
+_LEAF_PREFIX = merkle.LEAF_PREFIX
+_FIRST = itemgetter(0)
+
+
+def _leaf_or_empty(event_hash: str) -> bytes:
+    try:
+        return merkle.leaf_hash(bytes.fromhex(event_hash[7:]))
+    except ValueError:
+        return b""
+
+
 class InclusionRun:
     """Inclusion of many records, fed chunk by chunk in any order (as a pool finishes them).
 
     Which records fail does not depend on the order (a proven node is a true node), and
     the reason reported is recomputed for the first failing record without the cache, so
     the verdict is the same whatever order the chunks arrive in.
+
+    It consumes ``proofs.proofs``: a proof accepted for a record is dropped from it (freeing
+    its memory while the pool still works) and only its record's hash is kept, for a later
+    record with the same seq (same leaf: included; another leaf: that proof cannot place it).
     """
 
     def __init__(self, proofs: ProofsFile, tree_size: int, root: bytes) -> None:
@@ -190,22 +220,52 @@ class InclusionRun:
         self._missing: list[int] = []
         self._failed: list[int] = []
         self._leaves: dict[int, bytes] = {}
+        self._consumed: dict[int, str] = {}  # seq -> the record's hash, for proofs accepted and dropped
 
     def add(self, positions: list[tuple[int, str]]) -> None:
-        """Check ``(seq, "sha256:<hex>")`` positions."""
-        proofs = self.proofs.proofs
-        for seq, event_hash in positions:
-            self._seen.add(seq)
-            if seq not in proofs:
-                self._missing.append(seq)
-                continue
-            try:
-                leaf = merkle.leaf_hash(bytes.fromhex(event_hash[7:]))
-            except ValueError:
-                leaf = b""
-            if len(leaf) != merkle.HASH_SIZE or self._checker.check(seq, leaf, proofs[seq]) is not None:
-                self._failed.append(seq)
-                self._leaves[seq] = leaf
+        """Check ``(seq, "sha256:<hex>")`` positions.
+
+        Runs of consecutive seqs are checked together against one computation of their part of
+        the tree (``verify_tree``); what that does not accept is checked proof by proof.
+        """
+        proofs, consumed = self.proofs.proofs, self._consumed
+        seqs = list(map(_FIRST, positions))
+        self._seen.update(seqs)
+        if not all(seq in proofs for seq in seqs):
+            self._missing.extend(seq for seq in seqs if seq not in proofs and seq not in consumed)
+            for seq, event_hash in positions:
+                if seq in consumed and _leaf_or_empty(event_hash) != _leaf_or_empty(consumed[seq]):
+                    self._failed.append(seq)
+            positions = [position for position in positions if position[0] in proofs]
+        try:
+            leaves = [_sha256(_LEAF_PREFIX + bytes.fromhex(event_hash[7:])).digest() for _, event_hash in positions]
+        except ValueError:  # not hex: such a record is checked (and fails) on its own
+            leaves = [_leaf_or_empty(event_hash) for _, event_hash in positions]
+        seqs = list(map(_FIRST, positions))
+        if seqs != sorted(seqs):
+            order = sorted(range(len(seqs)), key=seqs.__getitem__)
+            seqs, leaves, positions = ([items[index] for index in order] for items in (seqs, leaves, positions))
+        breaks = [index for index in range(1, len(seqs)) if seqs[index] != seqs[index - 1] + 1]
+        accepted_all: list[int] = []
+        for start, end in zip([0, *breaks], [*breaks, len(seqs)], strict=True):
+            if end - start >= MIN_SHARED_RUN:
+                accepted = accepted_in_range(seqs[start], leaves[start:end], [proofs[seq] for seq in seqs[start:end]],
+                                             self.tree_size, self.root)
+                accepted_all += [start + index for index, ok in enumerate(accepted) if ok]
+                unproven = [start + index for index, ok in enumerate(accepted) if not ok]
+            else:
+                unproven = list(range(start, end))
+            for index in unproven:
+                self._check_one(seqs[index], leaves[index])
+        for index in accepted_all:  # last: a record with the same seq above may still have needed the proof
+            seq = seqs[index]
+            if proofs.pop(seq, None) is not None:
+                consumed[seq] = positions[index][1]
+
+    def _check_one(self, seq: int, leaf: bytes) -> None:
+        if len(leaf) != merkle.HASH_SIZE or self._checker.check(seq, leaf, self.proofs.proofs[seq]) is not None:
+            self._failed.append(seq)
+            self._leaves[seq] = leaf
 
     def problem(self) -> tuple[int | None, str] | None:
         """None if every record added has exactly one proof placing it under the root, else (seq, reason)."""
@@ -213,7 +273,9 @@ class InclusionRun:
             return None, f"proofs.json is for tree size {self.proofs.tree_size}, not {self.tree_size}"
         if self._missing:
             return min(self._missing), "proofs.json has no inclusion proof for this record"
-        extra = [seq for seq in self.proofs.proofs if seq not in self._seen]
+        # Every seq seen has a proof (none is missing), so there is no other proof iff the counts agree.
+        extra = [seq for seq in self.proofs.proofs if seq not in self._seen] \
+            if len(self._seen) != len(self.proofs.proofs) + len(self._consumed) else []
         if extra:
             return None, f"proofs.json has a proof for seq {min(extra)}, which is in neither records file"
         if self._failed:
@@ -225,6 +287,8 @@ class InclusionRun:
         """The reason a proof fails, from scratch (no cache), so it does not depend on checking order."""
         if not 0 <= seq < self.tree_size:
             return f"seq {seq} is outside the checkpoint's tree of size {self.tree_size}"
+        if seq not in self.proofs.proofs:  # consumed: a valid proof, of another record's leaf
+            return "the proof does not lead to the checkpoint's root"
         try:
             nodes = [InclusionChecker(self.tree_size, self.root).decode(text) for text in self.proofs.proofs[seq]]
         except ProofsError as exc:

@@ -13,7 +13,8 @@ import hashlib
 import json
 import re
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
+from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
 
 from cryptography.exceptions import InvalidSignature
@@ -70,50 +71,23 @@ def canonical_json(value: Any) -> bytes:
     ASCII keys sort the same by code point as by UTF-16 unit.  Anything else goes to the
     RFC 8785 library.
     """
-    text = _COMPACT_SORTED.encode(value)
+    text = _encode_compact(value)
     if text.isascii():
         return text.encode("ascii")
     return strictjson.canonical(value)
 
 
-def check_framing(content: bytes, name: str) -> int:
-    """The number of lines of a JSONL entry, which must be non-empty and end in a newline."""
+def check_framing(content: bytes, name: str, lines: int | None = None) -> int:
+    """The number of lines of a JSONL entry, which must be non-empty and end in a newline
+    (``lines``: its number of lines, if the caller has counted them)."""
     if not content:
         raise RecordError(f"{name} is empty")
     if not content.endswith(b"\n"):
         raise RecordError(f"{name} does not end with a newline")
-    count = content.count(b"\n")
+    count = content.count(b"\n") if lines is None else lines
     if count > MAX_LINES:  # before splitting: millions of tiny lines would cost gigabytes
         raise RecordError(f"{name} has more than {MAX_LINES} lines")
     return count
-
-
-def check_chunk(data: bytes, first_line_no: int, pinned: Mapping[str, bytes]) -> list[RecordFacts]:
-    """Check whole lines (``data`` ends with a newline) against the pinned record keys
-    ``{kid: raw Ed25519 public key}``; a pool worker's task."""
-    keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in pinned.items()}
-    facts = []
-    for index, line in enumerate(data[:-1].split(b"\n")):
-        line_no = first_line_no + index
-        if not line:
-            facts.append(RecordFacts(line_no, error="the line is empty"))
-        elif len(line) > MAX_RECORD_BYTES:
-            facts.append(RecordFacts(line_no, error=f"the line is longer than {MAX_RECORD_BYTES} bytes"))
-        else:
-            facts.append(check_line(line, line_no, keys))
-    return _share_strings(facts)
-
-
-def _share_strings(facts: list[RecordFacts]) -> list[RecordFacts]:
-    """Make equal strings one object (a hash is also the next record's prev_hash), so the pickle
-    sent back from a pool worker holds each once: less than half the bytes to copy and unpickle."""
-    one = sys.intern
-    return [
-        RecordFacts(fact.line_no, fact.seq, fact.run_seq, one(fact.run_id), one(fact.log_id), one(fact.prev_hash),
-                    one(fact.run_prev_hash), one(fact.hash), one(fact.type), fact.data, fact.error)
-        if fact.seq is not None else fact
-        for fact in facts
-    ]
 
 
 def loads_canonical(data: bytes, *, max_bytes: int, max_depth: int | None = strictjson.DEFAULT_MAX_DEPTH) -> Any:
@@ -130,12 +104,20 @@ def loads_canonical(data: bytes, *, max_bytes: int, max_depth: int | None = stri
     if len(data) > max_bytes:
         raise strictjson.StrictJSONError(f"JSON text of {len(data)} bytes exceeds the limit of {max_bytes}")
     deep = max_depth is not None and data.count(b"[") + data.count(b"{") > max_depth
-    if deep or b"\\u" in data or _has_long_number(data):
+    if deep or (b"\\" in data and b"\\u" in data) or _has_long_number(data):
         return strictjson.loads(data, max_bytes=max_bytes, max_depth=max_depth or strictjson.DEFAULT_MAX_DEPTH)
     try:
-        return _FAST_DECODER.decode(data.decode("utf-8"))
+        text = data.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise strictjson.StrictJSONError(f"invalid UTF-8 at byte {exc.start}") from None
+    try:  # the decoder's scanner, without its whitespace handling: what decode() gives when it parses all
+        value, end = _SCAN(text, 0)
+        if end == len(text):
+            return value
+    except (StopIteration, ValueError, RecursionError):
+        pass
+    try:  # anything else: decode() again, for its exact result or error
+        return _FAST_DECODER.decode(text)
     except (json.JSONDecodeError, RecursionError) as exc:
         raise strictjson.StrictJSONError(f"malformed JSON: {exc}") from None
 
@@ -145,16 +127,34 @@ def _refuse(text: str) -> Any:
 
 
 _FAST_DECODER = json.JSONDecoder(parse_float=_refuse, parse_constant=_refuse)
+_SCAN = _FAST_DECODER.scan_once
 _COMPACT_SORTED = json.JSONEncoder(ensure_ascii=False, separators=(",", ":"), sort_keys=True)
+
+
+def _compact_sorted_encoder() -> Callable[[Any], str]:
+    """``_COMPACT_SORTED.encode``, with its C encoder built once instead of per call.
+
+    Without circular-reference markers, which parsed JSON values never need.
+    """
+    if c_make_encoder is None:  # no C accelerator: the encoder itself
+        return _COMPACT_SORTED.encode
+    encoder = c_make_encoder(None, _COMPACT_SORTED.default, encode_basestring, None, ":", ",", True, False, True)
+    return lambda value: "".join(encoder(value, 0))
+
+
+_encode_compact = _compact_sorted_encoder()
 # Digits become "0" and the bytes a number can follow in compact JSON become ":", so a
 # 16-digit number token shows as ":" + 16 zeros (a regex scan is several times slower).
 _NUMBER_SHAPE = bytes.maketrans(b"123456789[,", b"000000000::")
 _LONG_POSITIVE = b":" + b"0" * 16
 _LONG_NEGATIVE = b":-" + b"0" * 16
+_SIXTEEN_ZEROS = b"0" * 16
 
 
 def _has_long_number(data: bytes) -> bool:
     shape = data.translate(_NUMBER_SHAPE)
+    if _SIXTEEN_ZEROS not in shape:  # most lines: one search instead of two
+        return False
     return _LONG_POSITIVE in shape or _LONG_NEGATIVE in shape
 
 
@@ -172,9 +172,12 @@ def check_line(line: bytes, line_no: int, keys: Mapping[str, Ed25519PublicKey]) 
     except RecordError as exc:
         return RecordFacts(line_no, error=str(exc))
     kind = event["type"]
+    # Equal strings as one object (a hash is also the next record's prev_hash), so the pickle sent
+    # back from a pool worker holds each once: less than half the bytes to copy and unpickle.
+    one = sys.intern
     return RecordFacts(
-        line_no, event["seq"], event["run_seq"], event["run_id"], event["log_id"], event["prev_hash"],
-        event["run_prev_hash"], body["hash"], kind, event["data"] if kind in INSPECTED_TYPES else None,
+        line_no, event["seq"], event["run_seq"], one(event["run_id"]), one(event["log_id"]), one(event["prev_hash"]),
+        one(event["run_prev_hash"]), one(body["hash"]), one(kind), event["data"] if kind in INSPECTED_TYPES else None,
         _signature_error(line, body, event, keys),
     )
 
@@ -209,11 +212,15 @@ def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], k
         return "signature is not base64"
     if len(signature) != 64 or binascii.b2a_base64(signature, newline=False) != sig.encode("ascii"):
         return "signature is not canonical base64 of 64 bytes"
-    event_text = _COMPACT_SORTED.encode(event)
-    stored = f'{{"alg":"{ALG}","event":{event_text},"hash":"{body["hash"]}","kid":"{body["kid"]}","sig":"{sig}","v":1}}'
-    if stored.encode("utf-8") != line:
+    # The line must be exactly {"alg":…,"event":<compact sorted event>,"hash":…,"kid":…,"sig":…,"v":1}:
+    # compared piece by piece, without building it.
+    event_text = _encode_compact(event)
+    event_utf8 = event_text.encode("utf-8")
+    end = _EVENT_AT + len(event_utf8)
+    tail = f',"hash":"{body["hash"]}","kid":"{body["kid"]}","sig":"{sig}","v":1}}'
+    if not (line.startswith(_STORED_HEAD) and line[_EVENT_AT:end] == event_utf8 and line[end:] == tail.encode("utf-8")):
         return "the line is not in stored form (compact JSON, sorted keys)"
-    event_bytes = event_text.encode("ascii") if event_text.isascii() else strictjson.canonical(event)
+    event_bytes = event_utf8 if event_text.isascii() else strictjson.canonical(event)
     if "sha256:" + hashlib.sha256(event_bytes).hexdigest() != body["hash"]:
         return "event hash does not match the event"
     key = keys.get(body["kid"])
@@ -226,17 +233,26 @@ def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], k
     return None
 
 
+_STORED_HEAD = f'{{"alg":"{ALG}","event":'.encode("ascii")
+_EVENT_AT = len(_STORED_HEAD)
+
+
 def signed_header_bytes(event: dict[str, Any], event_hash: str, kid: str) -> bytes:
     """``records.signed_header`` for a schema-checked event, without the general canonicaliser.
 
     Every field is a constant, an integer, hex, or a run id of ``[A-Za-z0-9._:/-]``, none
     of which JSON escapes, and the keys are written in RFC 8785 (sorted) order.
     """
+    return header_bytes(event_hash, kid, event["log_id"], event["prev_hash"], event["run_id"], event["run_prev_hash"],
+                        event["run_seq"], event["seq"])
+
+
+def header_bytes(event_hash: str, kid: str, log_id: str, prev_hash: str, run_id: str, run_prev_hash: str,
+                 run_seq: int | str, seq: int | str) -> bytes:
+    """The signed header from its fields (``run_seq`` and ``seq`` as integers or their decimal text)."""
     return (
-        f'{{"alg":"{ALG}","hash":"{event_hash}","kid":"{kid}","log_id":"{event["log_id"]}",'
-        f'"prev_hash":"{event["prev_hash"]}","run_id":"{event["run_id"]}",'
-        f'"run_prev_hash":"{event["run_prev_hash"]}","run_seq":{event["run_seq"]},"seq":{event["seq"]},'
-        f'"t":"{SIGNED_TAG}"}}'
+        f'{{"alg":"{ALG}","hash":"{event_hash}","kid":"{kid}","log_id":"{log_id}","prev_hash":"{prev_hash}",'
+        f'"run_id":"{run_id}","run_prev_hash":"{run_prev_hash}","run_seq":{run_seq},"seq":{seq},"t":"{SIGNED_TAG}"}}'
     ).encode("ascii")
 
 
