@@ -11,7 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import shutil
+import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -118,8 +120,6 @@ class Box:
         else:
             self.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
         layers = await asyncio.to_thread(self._prepare_layers)
-        import os
-
         os.chown(self.runtime_dir, self.uid, self.uid)  # the box uid connects to its channel sockets
         os.chmod(self.runtime_dir, 0o700)
         boot = BootServer(self.runtime_dir / "boot.sock", self.uid, self._boot_config(backend, layers))
@@ -163,8 +163,6 @@ class Box:
                              max_files=self.settings.limit("workspace_files"),
                              max_bytes=self.settings.limit("workspace_bytes"))
         self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
-        import os
-
         for name in ("upper", "work"):
             layers[name].mkdir(mode=0o755)
             os.chown(layers[name], self.uid, self.uid)
@@ -186,8 +184,6 @@ class Box:
     def _guest_argv(self, backend: BoxBackend, boot_socket: Path) -> list[str]:
         if backend.isolated:
             return GUEST_ARGV
-        import sys
-
         return [sys.executable, "-I", "-S", str(self.manager.guest_dir), "--boot-socket", str(boot_socket)]
 
     # ---- the command door --------------------------------------------------------------

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import shutil
 import subprocess
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,6 @@ from ..box.backend import BoxBackend, BoxError
 from ..box.etcgen import generate_etc
 from ..box.uids import UidAllocator, UidsExhausted
 from ..config import DaemonConfig
-from ..doors.commands import ExecRefused
 from ..events import EventBus
 from ..signer_link import AsyncSignerClient, SignerCallError
 from ..wire import BoxInfo
@@ -28,8 +28,6 @@ GUEST_DIR = Path(__file__).resolve().parents[2] / "guest"
 
 def install_guest(source: Path, target: Path) -> Path:
     """Copy the guest agent's code where every box can read it (0755, root's), fixed for the daemon's life."""
-    import shutil
-
     if target.exists():
         shutil.rmtree(target)
     shutil.copytree(source, target, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
@@ -45,8 +43,6 @@ def install_guest(source: Path, target: Path) -> Path:
 
 def install_etc(target: Path) -> Path:
     """The generated /etc every box of this daemon shares read-only (the same for all: hostname is "box")."""
-    import shutil
-
     if target.exists():
         shutil.rmtree(target)
     generate_etc(target, hostname="box")
@@ -158,11 +154,3 @@ class BoxManager:
     async def _shutdown_box(self, box: Box) -> None:
         await box.stop("the daemon is shutting down")
         await box.close_run("daemon shutdown")
-
-
-def translate(exc: Exception) -> ApiError:
-    if isinstance(exc, ExecRefused):
-        return ApiError(400, "exec_refused", str(exc), rule=exc.rule)
-    if isinstance(exc, BoxOperationError):
-        return ApiError(exc.status, exc.code, str(exc))
-    raise exc

@@ -70,9 +70,7 @@ class _Parser:
             pipeline = []
 
         while self.i < n:
-            state.tokens += 1
-            if state.tokens > MAX_TOKENS:
-                raise _Stop
+            state.spend_token()
             i = self.i
             c = s[i]
             if c == " " or c == "\t":
@@ -181,9 +179,7 @@ class _Parser:
         parts: list[Part] = []
         state = self.state
         while self.i < n:
-            state.tokens += 1
-            if state.tokens > MAX_TOKENS:
-                raise _Stop
+            state.spend_token()
             i = self.i
             c = s[i]
             if c in _WORD_BREAK:
@@ -226,9 +222,7 @@ class _Parser:
         s, n = self.s, self.n
         state = self.state
         while self.i < n:
-            state.tokens += 1
-            if state.tokens > MAX_TOKENS:
-                raise _Stop
+            state.spend_token()
             i = self.i
             c = s[i]
             if c == '"':
@@ -328,6 +322,12 @@ class _State:
         self.tokens = 0
         self.errors: list[str] = []
         self.pending: list[tuple[Redirect, str, bool]] = []
+
+    def spend_token(self) -> None:
+        """Count one token against the input's budget; past it the parse stops."""
+        self.tokens += 1
+        if self.tokens > MAX_TOKENS:
+            raise _Stop
 
 
 def _skip_blanks(s: str, i: int) -> int:

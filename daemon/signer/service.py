@@ -10,6 +10,7 @@ with the same id gets ``conflict``.
 from __future__ import annotations
 
 import asyncio
+import base64
 import hmac
 import os
 import secrets
@@ -18,7 +19,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import strictjson
-from ..evidence.records import SIGNER_RUN_ID, Record
+from ..evidence.records import SIGNER_RUN_ID, Record, public_raw
 from ..policy import PolicyPack, evaluate
 from . import commitments, runtoken
 from .keys import SignerKeys
@@ -97,9 +98,7 @@ class SignerService:
             return
 
     def _epoch_data(self) -> dict[str, Any]:
-        import base64
 
-        from ..evidence.records import public_raw
 
         public = base64.b64encode(public_raw(self.keys.record_key.public_key())).decode()
         return {
@@ -149,7 +148,8 @@ class SignerService:
             return error("conflict", f"request_id {request['request_id']!r} was used before with another request")
         reply = dict(stored.reply)
         if method == "register_run":
-            reply["run_token"] = self._mint(reply["run_id"], request_owner_of(self, reply["run_id"]), reply["token_expires"])
+            owner = self.book.runs[reply["run_id"]].owner
+            reply["run_token"] = self._mint(reply["run_id"], owner, reply["token_expires"])
         return reply
 
     def _request_mac(self, request: dict[str, Any]) -> str:
@@ -175,8 +175,8 @@ class SignerService:
         if self.store.error:
             raise StoreUnavailable(self.store.error)
 
-    async def _record(self, run: RunState | None, run_id: str, kind: str, data: dict[str, Any],
-                      identity: str, request: dict[str, Any]) -> Record:
+    async def _record(self, run_id: str, kind: str, data: dict[str, Any], identity: str,
+                      request: dict[str, Any]) -> Record:
         """Sign a record now and wait for it to be durable; state follows the record."""
         if request.get("_mac"):
             data = {**data, "request_mac": request["_mac"]}
@@ -230,7 +230,7 @@ class SignerService:
             "signer_isolation": self._isolation(identity),
             "token_expires": expires,
         }
-        record = await self._record(None, run_id, "run.registered", data, identity, request)
+        record = await self._record(run_id, "run.registered", data, identity, request)
         reply = reply_from_record(record)
         reply["run_token"] = self._mint(run_id, identity, expires)
         return reply
@@ -261,7 +261,7 @@ class SignerService:
             data["tool_call_id"] = request["tool_call_id"]
         if INCIDENT_RULES & set(data["rule_ids"]):
             data["incident"] = True
-        record = await self._record(run, run.run_id, "policy.decision", data, identity, request)
+        record = await self._record(run.run_id, "policy.decision", data, identity, request)
         return reply_from_record(record)
 
     async def _complete(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -286,9 +286,9 @@ class SignerService:
             data["output"] = commitments.commit(self.keys.salt(f"result:{decision_id}"), request["output"])
         if "error" in request:
             data["error"] = commitments.commit(self.keys.salt(f"error:{decision_id}"), request["error"])
-        record = await self._record(run, run.run_id, "tool.result", data, identity, request)
+        record = await self._record(run.run_id, "tool.result", data, identity, request)
         if decision.verdict in ("deny", "ask"):
-            await self._record(run, run.run_id, "capture.gap",
+            await self._record(run.run_id, "capture.gap",
                                {"kind": "executed_against_policy", "decision_id": decision_id}, "signer", {})
         return reply_from_record(record)
 
@@ -303,14 +303,14 @@ class SignerService:
             "salt_id": salt_id,
             "output": commitments.commit(self.keys.salt(f"input.observed:{salt_id}"), request["value"]),
         }
-        record = await self._record(run, run.run_id, "input.observed", data, identity, request)
+        record = await self._record(run.run_id, "input.observed", data, identity, request)
         return reply_from_record(record)
 
     async def _close_run(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
         run = self._run_for(identity, request)
         self._ensure_writable()
         data = {"reason": request.get("reason", ""), "records": run.records + 1}
-        record = await self._record(run, run.run_id, "run.closed", data, identity, request)
+        record = await self._record(run.run_id, "run.closed", data, identity, request)
         await self.store.drain()
         size, _ = self.store.checkpoint()
         reply = reply_from_record(record)
@@ -329,7 +329,7 @@ class SignerService:
         if run.containment == "quarantined" and method != "quarantine":
             raise RequestRefused("invalid_request", "a quarantined run cannot be held or released; remove its box")
         data = {"state": target, "reason": request.get("reason", ""), "method": method}
-        record = await self._record(run, run.run_id, "containment.changed", data, identity, request)
+        record = await self._record(run.run_id, "containment.changed", data, identity, request)
         return reply_from_record(record)
 
     async def _containment(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
@@ -356,7 +356,3 @@ class SignerService:
         await self.store.drain()
         size, signed = self.store.checkpoint()
         return {"size": size, "note": signed.decode()}
-
-
-def request_owner_of(service: SignerService, run_id: str) -> str:
-    return service.book.runs[run_id].owner

@@ -10,6 +10,7 @@ bad record before the tail stops the signer.  Once a write fails the store is
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import os
 import time
 from collections.abc import Callable
@@ -238,8 +239,6 @@ class LogStore:
 
     def save_policy(self, snapshot: dict[str, Any]) -> str:
         """Keep a policy snapshot under its hash; returns the hex digest."""
-        import hashlib
-
         body = strictjson.canonical(snapshot)
         digest = hashlib.sha256(body).hexdigest()
         directory = self.store_dir / POLICY_DIR
