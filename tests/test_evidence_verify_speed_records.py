@@ -13,7 +13,6 @@ import itertools
 import json
 import random
 
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from evidence_factory import FakeLog, fixed_keys
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -21,6 +20,7 @@ from hypothesis import strategies as st
 from tkbox_daemon.evidence import records, verify_chain, verify_lines
 from tkbox_daemon.evidence.note import Checkpoint
 from tkbox_daemon.evidence.records import ZERO_HASH
+from tkbox_daemon.evidence.signature_check import RecordKey
 from tkbox_daemon.evidence.verify_checks import Evidence
 from tkbox_daemon.evidence.verify_lines import check_chunk
 from tkbox_daemon.evidence.verify_records import RecordFacts, check_line
@@ -35,7 +35,7 @@ def b64(node: bytes) -> str:
 LOG = FakeLog(fixed_keys("speed"))
 LOG.add_run("run-s", decisions=30)
 PINNED = {LOG.keys.trust().record_keys[0].kid: LOG.keys.trust().record_keys[0].public_key}
-public_key = Ed25519PublicKey.from_public_bytes
+public_key = RecordKey
 
 
 OTHER_KEY = fixed_keys("other").record_key

@@ -17,12 +17,10 @@ import re
 import sys
 from collections.abc import Mapping
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from .. import strictjson
 from . import records
 from .records import EVENT_SCHEMA, MAX_RECORD_BYTES
+from .signature_check import RecordKey
 from .verify_records import (
     _EVENT_AT,
     _SCAN,
@@ -79,7 +77,7 @@ _REST = _rest_pattern()
 def check_chunk(data: bytes, first_line_no: int, pinned: Mapping[str, bytes]) -> list[RecordFacts]:
     """Check whole lines (``data`` ends with a newline) against the pinned record keys
     ``{kid: raw Ed25519 public key}``; a pool worker's task."""
-    keys = {kid: Ed25519PublicKey.from_public_bytes(raw) for kid, raw in pinned.items()}
+    keys = {kid: RecordKey(raw) for kid, raw in pinned.items()}
     # A line that passes is ASCII (its event is, and the rest is fixed): decode once if all of it is.
     texts: list[str] | None = data.decode("ascii")[:-1].split("\n") if data.isascii() else None
     lines: list[bytes] | None = None if texts is not None else data[:-1].split(b"\n")
@@ -106,7 +104,7 @@ def check_chunk(data: bytes, first_line_no: int, pinned: Mapping[str, bytes]) ->
     return facts
 
 
-def _passing_facts(text: str, line_no: int, keys: Mapping[str, Ed25519PublicKey]) -> RecordFacts | None:
+def _passing_facts(text: str, line_no: int, keys: Mapping[str, RecordKey]) -> RecordFacts | None:
     """The facts of an ASCII line that passes every check of ``check_line``, or None: then
     ``check_line`` decides.
 
@@ -146,10 +144,8 @@ def _passing_facts(text: str, line_no: int, keys: Mapping[str, Ed25519PublicKey]
     key = keys.get(kid)
     if key is None or hashlib.sha256(text[_EVENT_AT:size - _TAIL_LENGTH].encode("ascii")).hexdigest() != event_hash[7:]:
         return None
-    try:
-        key.verify(binascii.a2b_base64(sig),
-                   header_bytes(event_hash, kid, log_id, prev_hash, run_id, run_prev_hash, run_seq, seq))
-    except InvalidSignature:
+    if not key.verifies(binascii.a2b_base64(sig),
+                        header_bytes(event_hash, kid, log_id, prev_hash, run_id, run_prev_hash, run_seq, seq)):
         return None
     one = sys.intern  # equal strings as one object: the pickle back from a worker holds each once
     return RecordFacts(line_no, int(seq), int(run_seq), one(run_id), one(log_id), one(prev_hash), one(run_prev_hash),

@@ -17,9 +17,6 @@ from collections.abc import Callable, Mapping
 from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-defined]
 from typing import Any, NamedTuple
 
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
-
 from .. import strictjson
 from .records import (
     ALG,
@@ -30,6 +27,7 @@ from .records import (
     RecordError,
     check_event_shape,
 )
+from .signature_check import RecordKey
 
 RUN_TYPES = frozenset(
     {"run.registered", "policy.decision", "tool.result", "input.observed", "capture.gap", "containment.changed",
@@ -158,7 +156,7 @@ def _has_long_number(data: bytes) -> bool:
     return _LONG_POSITIVE in shape or _LONG_NEGATIVE in shape
 
 
-def check_line(line: bytes, line_no: int, keys: Mapping[str, Ed25519PublicKey]) -> RecordFacts:
+def check_line(line: bytes, line_no: int, keys: Mapping[str, RecordKey]) -> RecordFacts:
     try:
         body = loads_canonical(line, max_bytes=MAX_RECORD_BYTES)
         if not isinstance(body, dict):
@@ -196,7 +194,7 @@ def _check_envelope(body: dict[str, Any]) -> None:
         raise RecordError("record sig is not a string")
 
 
-def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], keys: Mapping[str, Ed25519PublicKey]) -> str | None:
+def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], keys: Mapping[str, RecordKey]) -> str | None:
     """The first reason this parsed record does not verify, or None."""
     kind = event["type"]
     if kind not in RUN_TYPES and kind not in SIGNER_TYPES:
@@ -226,9 +224,7 @@ def _signature_error(line: bytes, body: dict[str, Any], event: dict[str, Any], k
     key = keys.get(body["kid"])
     if key is None:
         return f"signed by a key that is not pinned ({body['kid']})"
-    try:
-        key.verify(signature, signed_header_bytes(event, body["hash"], body["kid"]))
-    except InvalidSignature:
+    if not key.verifies(signature, signed_header_bytes(event, body["hash"], body["kid"])):
         return "signature does not verify with the pinned key"
     return None
 
