@@ -10,6 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from tkbox_guest import protocol as P
+from tkbox_guest.protocol import frames, strict_json
 
 # -- frames -----------------------------------------------------------------------------------------------------
 
@@ -55,7 +56,7 @@ def test_any_byte_stream_gives_bounded_frames_or_a_protocol_error(pieces, cuts, 
 
 
 def _valid_frame(ftype: int, data: st.DataObject) -> P.Frame:
-    low, high = P._LENGTHS[ftype]
+    low, high = frames._LENGTHS[ftype]
     if ftype == P.STDIN_ACK:
         return P.Frame(ftype, struct.pack(">II", data.draw(st.integers(0, 2**32 - 1)),
                                           data.draw(st.integers(1, P.STDIN_WINDOW))))
@@ -201,7 +202,7 @@ def test_loads_strict_refuses_str_and_oversize_input():
 
 def test_sixteen_levels_are_fine():
     text = b'{"a":' + b"[" * 15 + b"]" * 15 + b"}"
-    assert P._DECODER.decode(text.decode()) == P.loads_strict(text)
+    assert strict_json._DECODER.decode(text.decode()) == P.loads_strict(text)
 
 
 # -- schemas ----------------------------------------------------------------------------------------------------
