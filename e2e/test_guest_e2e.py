@@ -1,219 +1,21 @@
-"""The real guest agent process against a test host that speaks the protocol over real Unix sockets.
-
-The guest runs exactly as in a box (``python -I -S <folder>``), as a plain subprocess with its sockets and
-workspace pointed at temporary directories. No box is needed; the overlay and PID 1 tests need root.
+"""The real guest agent process against a test host (``guest_host.GuestHost``): exec, stdin flow control, signals,
+timeouts, limits, shutdown and protocol errors.  No box is needed.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import hashlib
 import os
-import shutil
 import signal
-import stat
-import subprocess
-import sys
-import tempfile
-from collections import defaultdict
-from pathlib import Path
 from typing import Any
 
 import pytest
+from guest_host import WAIT, GuestHost, gone_or_zombie, shutdown_guest
 
 from tkbox_guest import protocol as P
 
-ROOT = Path(__file__).resolve().parents[1]
-GUEST_DIR = ROOT / "guest"
-WAIT = 60.0  # a safety net against hangs, never a timing assertion
-
 pytestmark = pytest.mark.e2e
-needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (overlay mounts, pid namespaces)")
-
-
-class GuestHost:
-    """A test host: serves the boot config once, accepts the guest's connection and routes its frames by id."""
-
-    def __init__(self, workspace: Path, *, base_dir: Path | None = None, upper_dir: Path | None = None,
-                 env: dict[str, str] | None = None, limits: dict[str, int] | None = None,
-                 prefix: tuple[str, ...] = (), raw_boot: bytes | None = None) -> None:
-        self.sockdir = Path(tempfile.mkdtemp(prefix="tkg-", dir="/tmp"))
-        self.boot_path = self.sockdir / "boot.sock"
-        self.agent_path = self.sockdir / "agent.sock"
-        config: dict[str, Any] = {
-            "box_id": "box-test", "env": env or {"PATH": "/usr/bin:/bin", "LC_ALL": "C"},
-            "workspace": str(workspace), "agent_socket": str(self.agent_path),
-            "limits": limits or {"exec_timeout_ms": 0, "max_execs": 64}, "clock": 1_700_000_000_000,
-        }
-        if base_dir is not None:
-            config["base_dir"] = str(base_dir)
-        if upper_dir is not None:
-            config["upper_dir"] = str(upper_dir)
-        self.boot_bytes = raw_boot if raw_boot is not None else P.dumps(config)
-        self.prefix = prefix
-        self.events: dict[int, asyncio.Queue[tuple[str, Any]]] = defaultdict(asyncio.Queue)
-        self.windows: dict[int, P.StdinWindow] = {}
-        self.credit = asyncio.Condition()
-        self.ops: dict[int, str] = {}
-        self.next_id = 1
-        self.connected = asyncio.Event()
-        self.closed = asyncio.Event()
-        self.host_errors: list[str] = []
-        self.writer: asyncio.StreamWriter | None = None
-        self._tasks: set[asyncio.Task[Any]] = set()
-
-    # -- process and sockets ---------------------------------------------------------------------------------
-
-    async def start(self, *, connect: bool = True) -> GuestHost:
-        self.boot_server = await asyncio.start_unix_server(self._serve_boot, path=str(self.boot_path))
-        self.agent_server = await asyncio.start_unix_server(self._accept, path=str(self.agent_path))
-        self.proc = await asyncio.create_subprocess_exec(
-            *self.prefix, sys.executable, "-I", "-S", str(GUEST_DIR), "--boot-socket", str(self.boot_path),
-            "--drain-ms", "300", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd="/")
-        if connect:
-            await asyncio.wait_for(self.connected.wait(), WAIT)
-        return self
-
-    async def _serve_boot(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        writer.write(self.boot_bytes)
-        await writer.drain()
-        writer.close()
-
-    async def _accept(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        self.writer = writer
-        self.connected.set()
-        await self._read_frames(reader)
-
-    async def _read_frames(self, reader: asyncio.StreamReader) -> None:
-        decoder = P.FrameDecoder(accept=P.GUEST_TO_HOST)
-        try:
-            while data := await reader.read(1 << 16):
-                for frame in decoder.feed(data):
-                    await self._route(frame)
-            decoder.eof()
-        except (P.ProtocolError, ConnectionError) as exc:
-            self.host_errors.append(str(exc))
-        finally:
-            self.closed.set()
-
-    async def _route(self, frame: P.Frame) -> None:
-        if frame.type == P.RESPONSE:
-            obj = P.loads_strict(frame.payload)
-            self.events[obj["id"]].put_nowait(("response", P.validate_response(obj, self.ops[obj["id"]])))
-        elif frame.type == P.EXIT:
-            obj = P.validate_exit(P.loads_strict(frame.payload))
-            self.events[obj["id"]].put_nowait(("exit", obj))
-        elif frame.type == P.STDIN_ACK:
-            ident, count = P.decode_stdin_ack(frame.payload)
-            async with self.credit:
-                self.windows[ident].give_back(count)
-                self.credit.notify_all()
-        else:
-            ident, data = P.split_id(frame.payload)
-            kind = {P.STDOUT: "stdout", P.STDERR: "stderr", P.DATA: "data"}[frame.type]
-            self.events[ident].put_nowait((kind, data))
-
-    async def stop(self) -> tuple[int, str]:
-        """Wait for the guest to exit; returns (status, stderr)."""
-        _, err = await asyncio.wait_for(self.proc.communicate(), WAIT)
-        await self.aclose()
-        return self.proc.returncode, err.decode(errors="replace")
-
-    async def aclose(self) -> None:
-        if self.proc.returncode is None:
-            self.proc.kill()
-            await asyncio.wait_for(self.proc.wait(), WAIT)
-        for server in (self.boot_server, self.agent_server):
-            server.close()
-        if self.writer is not None:
-            self.writer.close()
-        for task in list(self._tasks):
-            task.cancel()
-        shutil.rmtree(self.sockdir, ignore_errors=True)
-
-    # -- sending ----------------------------------------------------------------------------------------------
-
-    async def send_raw(self, data: bytes) -> None:
-        assert self.writer is not None
-        self.writer.write(data)
-        await self.writer.drain()
-
-    async def request(self, op: str, **fields: Any) -> int:
-        ident = self.next_id
-        self.next_id += 1
-        self.ops[ident] = op
-        body = P.validate_request({"id": ident, "op": op, **fields})
-        if op == "exec":
-            self.windows[ident] = P.StdinWindow()
-        await self.send_raw(P.encode_json_frame(P.REQUEST, body))
-        return ident
-
-    async def call(self, op: str, **fields: Any) -> dict[str, Any]:
-        ident = await self.request(op, **fields)
-        return await self.response(ident)
-
-    async def event(self, ident: int) -> tuple[str, Any]:
-        return await asyncio.wait_for(self.events[ident].get(), WAIT)
-
-    async def response(self, ident: int) -> dict[str, Any]:
-        kind, value = await self.event(ident)
-        assert kind == "response", (kind, value)
-        return value
-
-    async def feed(self, ident: int, data: bytes, *, eof: bool = True) -> None:
-        """Send stdin within the window, waiting for STDIN_ACK credit as the guest drains it."""
-        window = self.windows[ident]
-        view = memoryview(data)
-        while view:
-            async with self.credit:
-                await self.credit.wait_for(lambda: window.available > 0)
-                size = min(window.available, P.MAX_ID_DATA, len(view))
-                window.take(size)
-                self.credit.notify_all()
-            await self.send_raw(P.encode_id_frame(P.STDIN, ident, bytes(view[:size])))
-            view = view[size:]
-        if eof:
-            await self.send_raw(P.encode_id_frame(P.STDIN_EOF, ident))
-
-    def spawn(self, coro: Any) -> asyncio.Task[Any]:
-        task = asyncio.get_running_loop().create_task(coro)
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-        return task
-
-    async def exec(self, argv: list[str], *, stdin: bytes | None = b"", cwd: str = "/", env: dict | None = None,
-                   timeout_ms: int = 0) -> tuple[int, dict[str, Any]]:
-        """Start an exec; returns its id and the RESPONSE (stdin, if given, is fed in the background)."""
-        ident = await self.request("exec", argv=argv, cwd=cwd, env=env or {}, timeout_ms=timeout_ms)
-        if stdin is not None:
-            self.spawn(self.feed(ident, stdin))
-        return ident, await self.response(ident)
-
-    async def outcome(self, ident: int) -> dict[str, Any]:
-        """Everything an exec sends after its RESPONSE, up to and including EXIT."""
-        out = {"stdout": bytearray(), "stderr": bytearray()}
-        while True:
-            kind, value = await self.event(ident)
-            if kind == "exit":
-                return {"stdout": bytes(out["stdout"]), "stderr": bytes(out["stderr"]), **value}
-            out[kind] += value
-
-    async def run(self, argv: list[str], **kwargs: Any) -> dict[str, Any]:
-        ident, response = await self.exec(argv, **kwargs)
-        assert response["ok"], response
-        return await self.outcome(ident)
-
-    async def data_call(self, op: str, **fields: Any) -> tuple[bytes, dict[str, Any]]:
-        ident = await self.request(op, **fields)
-        data = bytearray()
-        while True:
-            kind, value = await self.event(ident)
-            if kind == "response":
-                return bytes(data), value
-            assert kind == "data"
-            data += value
 
 
 @pytest.fixture
@@ -223,14 +25,6 @@ async def guest(tmp_path):
     host = await GuestHost(workspace).start()
     yield host
     await host.aclose()
-
-
-def _gone_or_zombie(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except (FileNotFoundError, ProcessLookupError):
-        return True
-    return state in ("Z", "X")
 
 
 # -- exec -------------------------------------------------------------------------------------------------------
@@ -306,7 +100,7 @@ async def test_a_process_that_never_reads_stdin_is_killed_when_the_channel_close
     guest.writer.close()
     status, err = await guest.stop()
     assert status == 0, err
-    assert _gone_or_zombie(pid)
+    assert gone_or_zombie(pid)
 
 
 async def test_stdin_for_a_process_that_exits_without_reading_it_is_dropped(guest):
@@ -320,7 +114,7 @@ async def test_sigterm_to_the_guest_stops_it_and_its_processes(guest):
     guest.proc.send_signal(signal.SIGTERM)
     status, err = await guest.stop()
     assert status == 0, err
-    assert _gone_or_zombie(response["pid"])
+    assert gone_or_zombie(response["pid"])
 
 
 async def test_many_concurrent_execs_keep_their_streams_apart(guest):
@@ -359,7 +153,7 @@ async def test_boot_limit_caps_the_timeout(tmp_path):
 async def test_a_background_grandchild_holding_the_pipes_does_not_hang_exit(guest):
     result = await guest.run(["sh", "-c", "sleep 1000 & echo started"])
     assert result["stdout"] == b"started\n" and result["exit_code"] == 0
-    status, err = await _shutdown(guest)
+    status, err = await shutdown_guest(guest)
     assert status == 0, err
 
 
@@ -369,54 +163,7 @@ async def test_large_output_arrives_in_order_in_bounded_frames(guest):
     assert result["stderr"] == "".join(f"{n}\n" for n in range(1, 20001)).encode()
 
 
-# -- files ------------------------------------------------------------------------------------------------------
-
-
-@pytest.fixture
-async def files_guest(tmp_path):
-    ws = tmp_path / "ws"
-    (ws / "dir").mkdir(parents=True)
-    (ws / "dir" / "a.txt").write_bytes(b"hello world")
-    (ws / "big").write_bytes(bytes(range(256)) * 4096)
-    (ws / "link").symlink_to("dir/a.txt")
-    (ws / "abs").symlink_to(ws / "dir" / "a.txt")
-    (ws / "escape").symlink_to("../outside")
-    (tmp_path / "outside").write_text("secret")
-    os.mkfifo(ws / "fifo")
-    host = await GuestHost(ws).start()
-    yield host, ws
-    await host.aclose()
-
-
-async def test_files_reads_bounded_and_reports_truncation(files_guest):
-    host, ws = files_guest
-    data, response = await host.data_call("files", path="dir/a.txt", max_bytes=1000)
-    assert data == b"hello world" and response == {"id": response["id"], "ok": True, "size": 11, "truncated": False}
-    data, response = await host.data_call("files", path="big", max_bytes=300_000)
-    assert data == (bytes(range(256)) * 4096)[:300_000] and response["truncated"] is True
-    data, response = await host.data_call("files", path=str(ws / "link"), max_bytes=5)
-    assert data == b"hello" and response["truncated"] is True
-    data, _ = await host.data_call("files", path="abs", max_bytes=100)
-    assert data == b"hello world"
-
-
-@pytest.mark.parametrize(("path", "code"), [
-    ("escape", "OUTSIDE_WORKSPACE"), ("../outside", "OUTSIDE_WORKSPACE"), ("/etc/passwd", "OUTSIDE_WORKSPACE"),
-    ("fifo", "NOT_REGULAR"), ("dir", "EISDIR"), ("missing", "ENOENT"), ("dir/a.txt/x", "ENOTDIR"),
-])
-async def test_files_refuses_what_is_not_a_regular_file_in_the_workspace(files_guest, path, code):
-    host, _ = files_guest
-    data, response = await host.data_call("files", path=path, max_bytes=100)
-    assert data == b"" and response["ok"] is False and response["error"]["code"] == code
-
-
 # -- shutdown and errors ----------------------------------------------------------------------------------------
-
-
-async def _shutdown(host: GuestHost) -> tuple[int, str]:
-    response = await host.call("shutdown")
-    assert response["ok"] is True
-    return await host.stop()
 
 
 async def test_shutdown_ends_running_execs_then_the_guest(guest):
@@ -427,7 +174,7 @@ async def test_shutdown_ends_running_execs_then_the_guest(guest):
     assert (await guest.response(shutdown))["ok"] is True
     status, err = await guest.stop()
     assert status == 0, err
-    assert _gone_or_zombie(response["pid"])
+    assert gone_or_zombie(response["pid"])
 
 
 async def test_a_bad_boot_config_stops_the_guest_at_once(tmp_path):
@@ -478,113 +225,4 @@ async def test_stdin_beyond_the_window_is_a_protocol_error(guest):
             await guest.send_raw(P.encode_id_frame(P.STDIN, ident, b"y" * P.MAX_ID_DATA))
     status, err = await guest.stop()
     assert status == 2 and "window" in err
-    assert _gone_or_zombie(response["pid"])
-
-
-# -- a real overlay ---------------------------------------------------------------------------------------------
-
-
-def _tree(root: Path) -> dict[str, tuple]:
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git" or Path(dirpath) != root]
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            path = Path(dirpath, name)
-            rel = str(path.relative_to(root))
-            st = path.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                found[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                found[rel] = ("file", path.read_bytes(), bool(st.st_mode & stat.S_IXUSR))
-    return found
-
-
-def _git_apply(base: Path, patch: bytes, into: Path) -> None:
-    shutil.copytree(base, into, symlinks=True)
-    home = into.parent / "emptyhome"
-    home.mkdir(exist_ok=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
-    subprocess.run(["git", "init", "-q", str(into)], check=True, env=env)
-    if patch:
-        subprocess.run(["git", "apply", "-"], input=patch, cwd=into, check=True, env=env)
-
-
-@pytest.fixture
-def overlay(tmp_path):
-    if os.geteuid() != 0:
-        pytest.skip("overlay mounts need root")
-    lower, upper, work, merged = (tmp_path / n for n in ("lower", "upper", "work", "merged"))
-    for d in (lower, upper, work, merged):
-        d.mkdir()
-    (lower / "src").mkdir()
-    (lower / "src" / "main.py").write_text("print('hi')\n")
-    (lower / "gone").mkdir()
-    (lower / "gone" / "x").write_text("x\n")
-    (lower / "remade").mkdir()
-    (lower / "remade" / "old").write_text("old\n")
-    (lower / "tool.sh").write_text("#!/bin/sh\n")
-    (lower / "doomed.txt").write_text("bye\n")
-    (lower / "link").symlink_to("src/main.py")
-    opts = f"lowerdir={lower},upperdir={upper},workdir={work},redirect_dir=off,metacopy=off"
-    subprocess.run(["mount", "-t", "overlay", "overlay", "-o", opts, str(merged)], check=True)
-    yield lower, upper, merged
-    subprocess.run(["umount", str(merged)], check=False)
-
-
-async def test_diff_over_a_real_overlay_reproduces_the_workspace(overlay, tmp_path):
-    lower, upper, merged = overlay
-    host = await GuestHost(merged, base_dir=lower, upper_dir=upper).start()
-    try:
-        script = (
-            "set -e; printf 'print(\"bye\")' > src/main.py; chmod +x tool.sh; rm -r gone doomed.txt;"
-            "rm -r remade; mkdir remade; echo new > remade/new; ln -sfn tool.sh link;"
-            "printf 'bin\\000ary' > 'data file.bin'; mkdir -p 'ünï/dir'; : > 'ünï/dir/empty'"
-        )
-        assert (await host.run(["sh", "-c", script], cwd=str(merged)))["exit_code"] == 0
-        patch, response = await host.data_call("diff")
-        assert response["ok"] is True and response["size"] == len(patch)
-        assert response["sha256"] == "sha256:" + hashlib.sha256(patch).hexdigest()
-        changes = {(f["path"], f["change"]) for f in response["files"]}
-        assert ("tool.sh", "mode") in changes and ("remade/old", "deleted") in changes
-        assert ("gone/x", "deleted") in changes and ("data file.bin", "added") in changes
-        assert any(f["binary"] for f in response["files"] if f["path"] == "data file.bin")
-        _git_apply(lower, patch, tmp_path / "applied")
-        assert _tree(tmp_path / "applied") == _tree(merged)
-        status, err = await _shutdown(host)
-        assert status == 0, err
-    finally:
-        await host.aclose()
-
-
-# -- PID 1 ------------------------------------------------------------------------------------------------------
-
-# Waits (inside the box) until no process but this shell has PID 1 as its parent: every orphan has ended and
-# been reaped. A guest that does not reap leaves them as zombies and the loop gives up.
-ORPHAN_CHECK = r"""
-me=$$
-for i in $(seq 1 400); do
-  left=$(cat /proc/[0-9]*/stat 2>/dev/null | awk -v me="$me" '$4 == 1 && $1 != me' | wc -l)
-  zombies=$(cat /proc/[0-9]*/stat 2>/dev/null | awk '$3 == "Z"' | wc -l)
-  [ "$left" -eq 0 ] && [ "$zombies" -eq 0 ] && { echo clean; exit 0; }
-  sleep 0.05
-done
-cat /proc/[0-9]*/stat 2>/dev/null; exit 1
-"""
-
-
-@needs_root
-async def test_as_pid_1_the_guest_reaps_orphans(tmp_path):
-    if shutil.which("unshare") is None:
-        pytest.skip("unshare is not installed")
-    host = await GuestHost(tmp_path, prefix=("unshare", "--pid", "--fork", "--kill-child", "--mount-proc")).start()
-    try:
-        parent = await host.run(["sh", "-c", "echo $PPID"])
-        assert parent["stdout"] == b"1\n"  # the guest is PID 1 of the namespace
-        orphans = "for i in 1 2 3 4 5 6 7 8; do (sh -c 'exit 7' &) ; (sleep 0.2 &) ; done; echo made"
-        assert (await host.run(["sh", "-c", orphans]))["stdout"] == b"made\n"
-        check = await host.run(["sh", "-c", ORPHAN_CHECK])
-        assert check["stdout"] == b"clean\n", check
-        status, err = await _shutdown(host)
-        assert status == 0, err
-    finally:
-        await host.aclose()
+    assert gone_or_zombie(response["pid"])

@@ -1,6 +1,6 @@
 """Interactive (pty) execs end to end: the real guest agent on a test host, then ``tkbox exec --tty`` on a real box.
 
-The guest tests run the guest exactly as in a box (``GuestHost`` from ``test_guest_e2e``). The box test starts the
+The guest tests run the guest exactly as in a box (``GuestHost`` from ``guest_host``). The box test starts the
 real signer and daemon with a bubblewrap box and runs the CLI under a real pty made by ``pty.fork()``. Nothing
 sleeps: every wait reads until the expected bytes arrive, with a bounded safety-net timeout.
 """
@@ -15,10 +15,10 @@ import sys
 import time
 
 import pytest
+from guest_host import WAIT, GuestHost
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
-from e2e.test_guest_e2e import WAIT, GuestHost
 from tkbox_guest import protocol as P
 
 pytestmark = pytest.mark.e2e
