@@ -322,3 +322,14 @@ def test_a_refused_shell_is_reported_with_its_reason():
     assert "refused" in describe_exit(126) and "rule" in describe_exit(126)
     assert describe_exit(0) == "shell ended (exit 0)"
     assert "cannot suspend" in describe_exit(None)
+
+
+async def test_a_render_tick_while_the_widgets_are_gone_draws_nothing_and_keeps_the_work(tmp_path):
+    # On exit Textual removes the screen's widgets while the app's render timer can still tick.
+    fake, app = _app(tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _started(app, pilot)
+        await app.main_screen.query_one(BoxTable).remove()
+        app._render_dirty = True
+        app._render_if_dirty()  # no crash: there is nothing to draw into
+        assert app._render_dirty  # kept for a later tick

@@ -1,7 +1,9 @@
 """``ConsoleApp``: the operator console.  It owns the state and the daemon client; screens and widgets show it.
 
 One App-level worker consumes the daemon's event stream (``_stream_daemon_events``); every other daemon call runs
-in its own worker, so nothing on the UI's path waits on the network.  ``make_app`` builds the App for the CLI,
+in its own worker, so nothing on the UI's path waits on the network.  This module holds the state, the event
+stream, rendering, selection and filter, and command mode; box actions (``box_actions.py``), the exec panel and
+shell (``exec_actions.py``) and themes (``theming.py``) are mixins.  ``make_app`` builds the App for the CLI,
 tests and the bench; ``run_console`` runs it against a real daemon.
 """
 
@@ -13,8 +15,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from rich.text import Text
 from textual import on, work
 from textual.app import App, SystemCommand
+from textual.css.query import NoMatches
 from textual.reactive import reactive
 from textual.screen import Screen
 from textual.widgets import Static
@@ -23,22 +27,16 @@ from textual.worker import Worker, WorkerState
 from tkbox_daemon.wire import Event
 
 from ..client import DaemonError
-from . import shell
+from .box_actions import BoxActionsMixin
 from .client_protocol import ConsoleClient
 from .command_mode import CommandError, parse_command
 from .event_stream import YIELD_EVERY, Backoff, EventInbox
-from .keymap import bindings_for, load_user_keymap
-from .messages import (
-    BoxActionFinished,
-    BoxesLoaded,
-    BoxRefreshed,
-    ConnectionChanged,
-    EventsPending,
-    ExecEnded,
-    ExecOutputReceived,
-)
+from .exec_actions import ExecActionsMixin
+from .filter_pattern import FilterError
+from .keymap import bindings_for, load_user_keymap, scope_bindings
+from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
 from .present import connection_label, event_line
-from .screens import ConfirmModal, HelpScreen, MainScreen, NewBoxScreen
+from .screens import HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
 from .theming import ThemeMixin
@@ -51,7 +49,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class ConsoleApp(ThemeMixin, App[int]):
+class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
     """The console; construct it with ``make_app``."""
 
     CSS_PATH = ["styles/base.tcss", "styles/app.tcss"]
@@ -72,9 +70,8 @@ class ConsoleApp(ThemeMixin, App[int]):
         self._log_rebuild = True
         self._rendered_seq = 0
         self._boxes_to_refresh: set[str] = set()
-        self._exec_call: Any = None
-        keymap, self.keymap_problems = load_user_keymap(settings.config_file)
-        self.set_keymap(keymap)
+        self.user_keymap, self.keymap_problems = load_user_keymap(settings.config_file)
+        self.set_keymap(self.user_keymap)
 
     def get_default_screen(self) -> Screen[Any]:
         return MainScreen(self.settings.event_ring)
@@ -180,16 +177,31 @@ class ConsoleApp(ThemeMixin, App[int]):
         if self._render_dirty and self.main_screen.is_mounted:
             self._render_now()
 
-    def _render_now(self) -> None:
-        self._render_dirty = False
+    def _main_widgets(self) -> tuple[BoxTable, BoxDetail, EventLog, Static, Static, Static] | None:
+        """The widgets a render draws into, or None while the main screen's widgets are composed or torn down
+        (on exit Textual removes them while timers and queued messages can still call for a render)."""
         screen = self.main_screen
+        try:
+            return (screen.query_one(BoxTable), screen.query_one(BoxDetail), screen.query_one(EventLog),
+                    screen.query_one("#events-title", Static), screen.query_one("#follow-status", Static),
+                    screen.query_one("#connection-banner", Static))
+        except NoMatches:
+            return None
+
+    def _render_now(self) -> None:
+        widgets = self._main_widgets()
+        if widgets is None:
+            self._render_dirty = True  # nothing to draw into: a later render draws
+            return
+        table, detail, log, title, follow_status, banner = widgets
+        self._render_dirty = False
         state = self.state
-        screen.query_one(BoxTable).sync(state.boxes, self.clock(), self.tkbox_tokens)
-        screen.query_one(BoxDetail).show_box(state.selected_box)
-        log = screen.query_one(EventLog)
+        table.sync(state.boxes, self.clock(), self.tkbox_tokens)
+        detail.show_box(state.selected_box)
         names = {box_id: box.name for box_id, box in state.boxes.items()}
         if self._log_rebuild:
             self._log_rebuild = False
+            log.set_match_pattern(state.event_filter.highlight)
             log.replace_lines([event_line(e, names.get(e.box_id)) for e in state.visible_events()])
         else:
             fresh = [e for e in state.events if e.seq > self._rendered_seq and state.shows(e)]
@@ -197,11 +209,10 @@ class ConsoleApp(ThemeMixin, App[int]):
                 log.write_lines([event_line(e, names.get(e.box_id)) for e in fresh])
         self._rendered_seq = state.last_seq
         scope = f" of {state.selected_box.name}" if state.scope_to_selected and state.selected_box else ""
-        screen.query_one("#events-title", Static).update(f"Events{scope}  ({state.events_seen} received)")
-        screen.query_one("#follow-status", Static).update(connection_label(
+        title.update(f"Events{scope}  ({state.events_seen} received)")
+        follow_status.update(Text(connection_label(  # Text: a regex is no markup
             state.connected, state.disconnect_reason, state.following, state.new_while_paused,
-            state.event_filter.describe()))
-        banner = screen.query_one("#connection-banner", Static)
+            state.event_filter.describe(), state.event_filter.inverted)))
         banner.update("tkbox console" if state.connected else
                       f"DISCONNECTED: {state.disconnect_reason or 'connecting to the daemon…'}  — still retrying; "
                       "what you see may be out of date")
@@ -214,6 +225,13 @@ class ConsoleApp(ThemeMixin, App[int]):
         if self.state.scope_to_selected:
             self._log_rebuild = True
         self._render_now()
+
+    def _selected_or_warn(self) -> Any:
+        """The selected box, or None after telling the operator to select one (for the box, exec and shell keys)."""
+        box = self.state.selected_box
+        if box is None:
+            self.notify("select a box first", severity="warning")
+        return box
 
     @on(EventLog.FollowPaused)
     def pause_following(self) -> None:
@@ -230,15 +248,26 @@ class ConsoleApp(ThemeMixin, App[int]):
         self._log_rebuild = True
         self._render_now()
 
-    def set_event_filter(self, text: str) -> None:
-        self.state.event_filter = EventFilter.parse(text)
+    def set_event_filter(self, text: str) -> bool:
+        """Filter the log by ``text`` and give it the focus (for ``n``/``N``); a refused filter is reported and
+        the one in force stays.  Returns whether ``text`` was taken."""
+        try:
+            rule = EventFilter.parse(text)
+        except FilterError as exc:
+            self.notify(f"{exc}\nThe filter in force stays: {self.state.event_filter.describe() or 'none'}.",
+                        title="filter refused", severity="error", timeout=10, markup=False)
+            return False
+        self.state.event_filter = rule
         self._log_rebuild = True
         self._render_now()
+        self.main_screen.query_one(EventLog).focus()
+        return True
 
     @on(CommandBar.Entered)
     def run_entered(self, message: CommandBar.Entered) -> None:
         if message.mode == "filter":
-            self.set_event_filter(message.text)
+            if not self.set_event_filter(message.text):
+                self.main_screen.query_one(CommandBar).open("filter", message.text)  # fix the typo, or Esc
         else:
             self.run_command(message.text)
 
@@ -281,7 +310,14 @@ class ConsoleApp(ThemeMixin, App[int]):
             return
         screen = self.screen
         bindings = [(key, active.binding) for key, active in screen.active_bindings.items()]
-        self.push_screen(HelpScreen(type(screen).__name__.removesuffix("Screen") or "console", bindings))
+        listed = {binding.id for _, binding in bindings}
+        # Keys of the screen's other panes (the event log's n/N while the boxes have the focus), marked as such.
+        elsewhere = [(widget.HELP_PANE, key, binding) for widget in screen.query("*")
+                     if getattr(widget, "KEY_SCOPE", None) and widget.display
+                     for key, binding in scope_bindings(widget.KEY_SCOPE, self.user_keymap)
+                     if binding.id not in listed]
+        self.push_screen(HelpScreen(type(screen).__name__.removesuffix("Screen") or "console", bindings,
+                                    elsewhere))
 
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
@@ -296,145 +332,6 @@ class ConsoleApp(ThemeMixin, App[int]):
         for name in self.console_theme_names:
             yield SystemCommand(f"theme: {name}", f"Switch to the {name} theme",
                                 lambda name=name: self.switch_theme(name))
-
-    # -- box actions ----------------------------------------------------------------------------------------
-
-    def action_new_box(self) -> None:
-        def create(settings: dict[str, Any] | None) -> None:
-            if settings is not None:
-                self._call_box_action("create", settings.get("name", "new box"), settings)
-
-        self.push_screen(NewBoxScreen({"workspace": "."}, cursor_blink=self.settings.cursor_blink), create)
-
-    def _selected_or_warn(self) -> Any:
-        box = self.state.selected_box
-        if box is None:
-            self.notify("select a box first", severity="warning")
-        return box
-
-    def action_stop_box(self) -> None:
-        box = self._selected_or_warn()
-        if box is not None:
-            self.push_screen(ConfirmModal(f"Stop box {box.name}? Running commands end.", "Stop"),
-                             lambda yes: self._call_box_action("stop", box.id) if yes else None)
-
-    def action_remove_box(self) -> None:
-        box = self._selected_or_warn()
-        if box is not None:
-            self.push_screen(ConfirmModal(f"Remove box {box.name}? Its state is deleted; the record stays.",
-                                          "Remove"),
-                             lambda yes: self._call_box_action("remove", box.id) if yes else None)
-
-    @work(group="box-actions", exit_on_error=False, description="box action")
-    async def _call_box_action(self, action: str, box_ref: str, settings: dict[str, Any] | None = None) -> None:
-        try:
-            if action == "create":
-                box = await self.client.create_box(settings or {})
-            elif action == "stop":
-                box = await self.client.stop_box(box_ref)
-            else:
-                box = await self.client.remove_box(box_ref)
-        except DaemonError as exc:
-            self.post_message(BoxActionFinished(action, box_ref, error=exc.message,
-                                                error_field=str(exc.extra.get("field", ""))))
-            return
-        self.post_message(BoxActionFinished(action, box_ref, box))
-
-    @on(BoxActionFinished)
-    def report_box_action(self, message: BoxActionFinished) -> None:
-        if message.error:
-            where = f" (field {message.error_field})" if message.error_field else ""
-            self.notify(f"{message.action} failed: {message.error}{where}", severity="error", timeout=10)
-            return
-        if message.box is not None:
-            if message.action == "remove":
-                self.state.boxes.pop(message.box.id, None)
-            else:
-                self.state.update_box(message.box)
-            self.notify(f"{message.action}: {message.box.name} is {message.box.state}")
-        self._render_now()
-
-    # -- exec and shell -------------------------------------------------------------------------------------
-
-    def action_exec_box(self) -> None:
-        box = self._selected_or_warn()
-        if box is not None:
-            self.main_screen.query_one(ExecPanel).open_for(box.id, box.name)
-
-    @on(ExecPanel.RunRequested)
-    def start_exec(self, message: ExecPanel.RunRequested) -> None:
-        self.main_screen.query_one(ExecPanel).set_running(True)
-        self._run_exec(message.box_id, message.argv)
-
-    @on(ExecPanel.InterruptRequested)
-    def interrupt_exec(self) -> None:
-        if self._exec_call is not None:
-            self._send_interrupt(self._exec_call)
-
-    @work(group="exec-signal", exit_on_error=False)
-    async def _send_interrupt(self, call: Any) -> None:
-        await call.signal("INT")
-        self.post_message(ExecOutputReceived("^C (SIGINT sent)\n", "status"))
-
-    @work(exclusive=True, group="exec", exit_on_error=False, description="exec in the panel")
-    async def _run_exec(self, box_id: str, argv: list[str]) -> None:
-        call = self.client.exec(box_id)
-        self._exec_call = call
-        ended = ExecEnded("the exec ended without an exit status")
-        try:
-            await call.start(argv)
-            async for item in call.messages():
-                if isinstance(item, tuple):
-                    stream, data = item
-                    self.post_message(ExecOutputReceived(data.decode("utf-8", "replace"),
-                                                         "stderr" if stream == 2 else "stdout"))
-                elif item.get("type") == "decision":
-                    self.post_message(ExecOutputReceived(
-                        f"[decision: {item.get('verdict', '?')} {item.get('reason', '')}]\n".replace(" ]", "]"),
-                        "status"))
-                elif item.get("type") == "denied":
-                    ended = ExecEnded(f"denied: {item.get('reason', 'no reason given')}", 126, dict(item))
-                elif item.get("type") == "exit":
-                    code = item.get("exit_code")
-                    ended = ExecEnded(f"exit {code}" + (" (timed out)" if item.get("timed_out") else ""), code,
-                                      dict(item))
-        except DaemonError as exc:
-            ended = ExecEnded(f"exec failed: {exc.message}")
-        finally:
-            self._exec_call = None
-            await call.close()
-        self.post_message(ended)
-
-    @on(ExecOutputReceived)
-    def show_exec_output(self, message: ExecOutputReceived) -> None:
-        self.main_screen.query_one(ExecPanel).write(message.text)
-
-    @on(ExecEnded)
-    def show_exec_end(self, message: ExecEnded) -> None:
-        panel = self.main_screen.query_one(ExecPanel)
-        panel.write(f"[{message.summary}]\n")
-        panel.set_running(False)
-
-    @on(ExecPanel.Closed)
-    def close_exec_panel(self) -> None:
-        self.main_screen.query_one(BoxTable).focus()
-
-    def action_open_shell(self) -> None:
-        box = self._selected_or_warn()
-        if box is not None:
-            self._probe_shell(box.name)
-
-    @work(thread=True, group="shell", exit_on_error=False)
-    def _probe_shell(self, box_name: str) -> None:
-        command = shell.shell_command(box_name)
-        if command is None:
-            self.call_from_thread(self.notify, shell.NO_PTY_MESSAGE, severity="warning")
-        else:
-            self.call_from_thread(self._run_shell, command)
-
-    def _run_shell(self, command: list[str]) -> None:
-        code = shell.run_suspended(self, command)
-        self.notify(shell.describe_exit(code), severity="warning" if code in (None, 126) else "information")
 
     async def on_unmount(self) -> None:
         self.stop_watching_themes()

@@ -38,6 +38,7 @@ class KeySpec:
 SCOPES = {
     "app": "Everywhere",
     "main": "Main screen (boxes, events, detail)",
+    "log": "Event log (when it has the focus)",
     "exec": "Exec panel",
     "form": "New box form",
     "confirm": "Confirm dialog",
@@ -60,6 +61,8 @@ CATALOGUE: tuple[KeySpec, ...] = (
     KeySpec("main", "nav.up", "k", "cursor_up", "Up", show=False),
     KeySpec("main", "pane.next", "tab", "focus_next", "Next pane", show=False),
     KeySpec("main", "pane.previous", "shift+tab", "focus_previous", "Previous pane", show=False),
+    KeySpec("log", "log.next_match", "n", "next_match", "Next match"),
+    KeySpec("log", "log.previous_match", "N", "previous_match", "Previous match"),
     KeySpec("exec", "exec.interrupt", "ctrl+c", "interrupt", "Interrupt (SIGINT)", priority=True),
     KeySpec("exec", "exec.close", "escape", "close_panel", "Close exec panel"),
     KeySpec("form", "form.submit", "ctrl+s", "submit", "Create the box"),
@@ -80,6 +83,12 @@ def bindings_for(scope: str) -> list[Binding]:
     return [Binding(spec.key, spec.action, spec.description, show=spec.show, priority=spec.priority, id=spec.id,
                     tooltip=spec.description)
             for spec in CATALOGUE if spec.scope == scope]
+
+
+def scope_bindings(scope: str, keymap: dict[str, str]) -> list[tuple[str, Binding]]:
+    """(key, binding) for every key of one scope, with the user's ``keymap`` applied (for help on other panes)."""
+    return [(key, binding) for binding in bindings_for(scope)
+            for key in keymap.get(binding.id or "", binding.key).split(",")]
 
 
 def config_dir(environ: dict[str, str] | None = None) -> Path:
@@ -141,7 +150,10 @@ def keys_markdown() -> str:
              "Generated from `tkbox_tui/console/keymap.py` by `keys_markdown()`; do not edit by hand.", "",
              "Remap any key by its id in `$XDG_CONFIG_HOME/tkbox/config.yaml`:", "",
              "```yaml", "keymap:", "  box.stop: ctrl+x", "```", "",
-             "Ctrl+P opens the command palette everywhere (box actions for the selected box, `theme: NAME`).", ""]
+             "Ctrl+P opens the command palette everywhere (box actions for the selected box, `theme: NAME`).", "",
+             "`/` filters the event log: `box:NAME kind:PREFIX REGEX` (a case-insensitive regular expression), "
+             "a leading `!` inverts it.  While the event log has the focus, `n`/`N` step between the lines that "
+             "match (so `n` there is not New box); see [console.md](console.md).", ""]
     for scope, title in SCOPES.items():
         lines += [f"## {title}", "", "| Key | Id | Does |", "|---|---|---|"]
         lines += [f"| {_display_key(spec.key)} | `{spec.id}` | {spec.description} |"

@@ -107,8 +107,10 @@ def box_detail_lines(box: BoxInfo) -> list[tuple[str, str]]:
     ]
 
 
-def connection_label(connected: bool, reason: str, following: bool, new_count: int, filter_text: str) -> str:
-    """The status line under the log: connection, follow state and filter, in words."""
+def connection_label(connected: bool, reason: str, following: bool, new_count: int, filter_text: str,
+                     filter_inverted: bool = False) -> str:
+    """The status line under the log: connection, follow state and filter (``!`` included), in words."""
     link = "connected" if connected else f"DISCONNECTED from the daemon — retrying ({reason or 'no answer'})"
     follow = "FOLLOWING" if following else f"PAUSED  +{new_count} new  (f or G to follow)"
-    return f"{link}  │  {follow}" + (f"  │  filter: {filter_text}" if filter_text else "")
+    inverted = "  (inverted: showing events that do not match)" if filter_inverted else ""
+    return f"{link}  │  {follow}" + (f"  │  filter: {filter_text}{inverted}" if filter_text else "")

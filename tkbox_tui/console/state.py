@@ -1,16 +1,21 @@
 """``ConsoleState``: what the console shows, as a pure reducer over daemon events (no Textual, no I/O).
 
-Boxes are kept by id; events live in a bounded ring (the daemon keeps the full history); a filter chooses
-which events the log shows; following can be paused, and events arriving meanwhile are counted ("+N new").
+Boxes are kept by id; events live in a bounded ring (the daemon keeps the full history); a filter (box, kind
+prefix and a regular expression over the log line, optionally inverted) chooses which events the log shows;
+following can be paused, and events arriving meanwhile are counted ("+N new").
 Applying an event twice is harmless: events at or below the last sequence number seen are ignored.
 """
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from dataclasses import dataclass, field, replace
 
 from tkbox_daemon.wire import BoxInfo, Event
+
+from .filter_pattern import FilterError, FilterPattern, compile_pattern
+from .present import event_line
 
 DEFAULT_EVENT_RING = 5_000
 
@@ -26,35 +31,92 @@ STATE_BY_KIND = {
 }
 
 
+def _trim(text: str) -> str:
+    """``text`` without surrounding whitespace, but keeping a trailing whitespace character escaped by ``\\``."""
+    body = text.strip()
+    backslashes = len(body) - len(body.rstrip("\\"))
+    if backslashes % 2 and len(body) < len(text.lstrip()):
+        return text.lstrip()[: len(body) + 1]
+    return body
+
+
 @dataclass(frozen=True)
 class EventFilter:
-    """Which events the log shows: all of ``box``/``kind``/``text`` that are set must match."""
+    """Which events the log shows.
+
+    An event matches when every part that is set matches: ``box`` (its id or name), ``kind`` (a prefix of its kind)
+    and ``text``, a case-insensitive regular expression searched in the event's log line as shown.  ``inverted``
+    shows the events that do not match instead.  Build one with ``parse``; the constructor checks ``text`` too.
+    """
 
     box: str = ""
     kind: str = ""
     text: str = ""
+    inverted: bool = False
+    regex: FilterPattern | None = field(init=False, default=None, repr=False, compare=False)
+    """``text`` compiled (None without text)."""
+
+    def __post_init__(self) -> None:
+        if self.text:
+            object.__setattr__(self, "regex", compile_pattern(self.text))
 
     @classmethod
     def parse(cls, query: str) -> EventFilter:
-        """``box:NAME kind:PREFIX free text`` — any part may be left out."""
+        """``[!] [box:NAME] [kind:PREFIX] [regex]`` — any part may be left out; a leading ``!`` inverts it all.
+
+        Words starting with ``box:`` or ``kind:`` may stand anywhere; the rest, spacing kept, is the regex (a
+        trailing space escaped as ``\\ `` stays part of it).
+        Raises ``FilterError`` for a bad or too long regex, and for a ``!`` with nothing to invert.
+        """
+        text = query.lstrip()
+        inverted = text.startswith("!")
+        if inverted:
+            text = text[1:].lstrip()
         box = kind = ""
-        words: list[str] = []
-        for word in query.split():
+        kept: list[str] = []
+        pieces = re.split(r"(\s+)", text)  # word, whitespace, word, …, word
+        for index in range(0, len(pieces), 2):
+            word, after = pieces[index], "".join(pieces[index + 1:index + 2])
             if word.startswith("box:"):
                 box = word[4:]
             elif word.startswith("kind:"):
                 kind = word[5:]
             else:
-                words.append(word)
-        return cls(box, kind, " ".join(words).lower())
+                kept.append(word + after)
+        pattern = _trim("".join(kept))
+        if inverted and not (box or kind or pattern):
+            raise FilterError("'!' inverts a filter and needs one after it, e.g. !kind:exec or !denied")
+        return cls(box, kind, pattern, inverted)
 
     @property
     def active(self) -> bool:
-        return bool(self.box or self.kind or self.text)
+        return bool(self.box or self.kind or self.text or self.inverted)
+
+    @property
+    def highlight(self) -> FilterPattern | None:
+        """What the log highlights in the lines it shows: the regex, unless inverted (shown lines lack it)."""
+        return None if self.inverted else self.regex
+
+    def matches(self, event: Event, box_name: str | None) -> bool:
+        """Whether ``event`` (of the box named ``box_name``, if known) matches, before any inversion."""
+        if self.box and self.box not in (event.box_id, box_name):
+            return False
+        if self.kind and not event.kind.startswith(self.kind):
+            return False
+        return self.regex is None or self.regex.search(event_line(event, box_name)) is not None
+
+    def shows(self, event: Event, box_name: str | None) -> bool:
+        """Whether the log shows ``event`` under this filter (``matches``, flipped when inverted)."""
+        return self.matches(event, box_name) != self.inverted
 
     def describe(self) -> str:
+        """The filter as text that ``parse`` reads back (``!box:web kind:exec curl.*evil``); empty when none.
+
+        A pattern that starts with a literal ``!`` and comes first is written ``\\!``, so it is not read as ``!``.
+        """
         parts = [f"box:{self.box}"] * bool(self.box) + [f"kind:{self.kind}"] * bool(self.kind)
-        return " ".join(parts + ([self.text] if self.text else []))
+        text = "\\" + self.text if self.text.startswith("!") and not (parts or self.inverted) else self.text
+        return "!" * self.inverted + " ".join(parts + ([text] if text else []))
 
 
 @dataclass
@@ -133,19 +195,10 @@ class ConsoleState:
         """Whether the log shows ``event`` under the filter and the box scope."""
         if self.scope_to_selected and self.selected_box_id and event.box_id != self.selected_box_id:
             return False
-        rule = self.event_filter
-        if rule.box:
-            box = self.boxes.get(event.box_id)
-            if rule.box not in (event.box_id, box.name if box else None):
-                return False
-        if rule.kind and not event.kind.startswith(rule.kind):
-            return False
-        if rule.text:
-            box = self.boxes.get(event.box_id)
-            haystack = f"{event.kind} {box.name if box else event.box_id} {event.data}".lower()
-            if rule.text not in haystack:
-                return False
-        return True
+        if not self.event_filter.active:
+            return True
+        box = self.boxes.get(event.box_id)
+        return self.event_filter.shows(event, box.name if box else None)
 
     def visible_events(self) -> list[Event]:
         return [event for event in self.events if self.shows(event)]

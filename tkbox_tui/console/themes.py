@@ -38,6 +38,7 @@ TOKEN_DEFAULTS = {
     "verdict-deny": "#e5534b",
     "event-alert": "#e5534b",
     "status-disconnected": "#e5534b",
+    "log-match": "#e0a030",
 }
 THEME_KEYS = {"name", "dark", "colors", "tokens"}
 THEME_NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,40}\Z")

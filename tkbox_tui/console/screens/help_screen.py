@@ -1,6 +1,9 @@
-"""``HelpScreen``: every binding of the screen it was opened from, with its key, id and what it does."""
+"""``HelpScreen``: every binding of the screen it was opened from, with its key, id and what it does, then the keys
+of its other panes (which work once that pane has the focus)."""
 
 from __future__ import annotations
+
+from collections.abc import Sequence
 
 from rich.table import Table
 from textual.app import ComposeResult
@@ -19,7 +22,8 @@ def describe_key(key: str) -> str:
 
 
 class HelpScreen(ModalScreen[None]):
-    """Opened with the bindings to list (from ``Screen.active_bindings`` of the screen underneath)."""
+    """Opened with the bindings to list (from ``Screen.active_bindings`` of the screen underneath) and, as
+    ``elsewhere``, (pane, key, binding) for the keys of the screen's panes that do not have the focus."""
 
     BINDINGS = bindings_for("help")
     DEFAULT_CSS = """
@@ -29,10 +33,12 @@ class HelpScreen(ModalScreen[None]):
     HelpScreen #help-title { text-style: bold; margin-bottom: 1; }
     """
 
-    def __init__(self, title: str, bindings: list[tuple[str, Binding]]) -> None:
+    def __init__(self, title: str, bindings: list[tuple[str, Binding]],
+                 elsewhere: Sequence[tuple[str, str, Binding]] = ()) -> None:
         super().__init__()
         self.title_text = title
         self.listed = bindings
+        self.elsewhere = list(elsewhere)
 
     def rows(self) -> list[tuple[str, str, str]]:
         """(keys, id, description), one per binding, in the order they apply."""
@@ -42,7 +48,13 @@ class HelpScreen(ModalScreen[None]):
             entry = seen.setdefault(name, ([], binding.id or "", binding.description or binding.action))
             entry[0].append(describe_key(key))
         rows = [(", ".join(keys), binding_id, text) for keys, binding_id, text in seen.values()]
-        # tkbox's own bindings (with ids) first, then the focused widget's built-in ones.
+        pane_keys: dict[str, tuple[list[str], str, str]] = {}
+        for pane, key, binding in self.elsewhere:
+            entry = pane_keys.setdefault(binding.id or binding.action,
+                                         ([], binding.id or "", f"{binding.description} (in the {pane})"))
+            entry[0].append(describe_key(key))
+        rows += [(", ".join(keys), binding_id, text) for keys, binding_id, text in pane_keys.values()]
+        # tkbox's own bindings (with ids; other panes' after this one's) first, then the focused widget's built-ins.
         return sorted(rows, key=lambda row: not row[1])
 
     def compose(self) -> ComposeResult:

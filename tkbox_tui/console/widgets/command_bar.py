@@ -33,7 +33,7 @@ class CommandBar(Input):
     def open(self, mode: str, text: str = "") -> None:
         self.mode = mode
         self.placeholder = {"command": "boxes | events | box NAME | theme NAME | new | q",
-                            "filter": "box:NAME kind:PREFIX text (empty clears)"}[mode]
+                            "filter": "box:NAME kind:PREFIX regex; ! first inverts; empty clears"}[mode]
         self.value = text
         self.add_class("-open")
         self.focus()
@@ -45,8 +45,9 @@ class CommandBar(Input):
 
     def on_input_submitted(self, event: Input.Submitted) -> None:
         event.stop()
-        text = self.value.strip()
         mode = self.mode
+        # A filter keeps its spacing: EventFilter.parse trims it, except a trailing space escaped with a backslash.
+        text = self.value if mode == "filter" else self.value.strip()
         self.close()
         self.post_message(self.Entered(mode, text))
 

@@ -1,19 +1,58 @@
-"""``EventLog``: the live event stream as plain lines; follows new events until the operator scrolls up."""
+"""``EventLog``: the live event stream as plain lines; follows new events until the operator scrolls up.
+
+It highlights the matches of the filter's regular expression in the lines it shows, and ``n``/``N`` move a
+current-line marker to the next/previous line with a match (every shown line when there is nothing to highlight).
+"""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from rich.highlighter import Highlighter
+from rich.style import Style
+from rich.text import Text
 from textual import events
+from textual.geometry import Region
 from textual.message import Message
+from textual.strip import Strip
 from textual.widgets import Log
+
+from ..filter_pattern import FilterPattern
+from ..keymap import bindings_for
+
+
+class MatchHighlighter(Highlighter):
+    """Styles the text of the current line, then every non-empty match of ``pattern`` on top of it."""
+
+    def __init__(self, style_of: Callable[[str], Style]) -> None:
+        self.pattern: FilterPattern | None = None
+        self.on_current_line = False
+        self._style_of = style_of
+
+    def highlight(self, text: Text) -> None:
+        if self.on_current_line:
+            text.stylize(self._style_of("event-log--current"))
+        if self.pattern is not None:
+            style = self._style_of("event-log--match")
+            for match in self.pattern.finditer(text.plain):
+                if match.end() > match.start():
+                    text.stylize(style, match.start(), match.end())
 
 
 class EventLog(Log):
-    """A ``Log`` that reports when the operator scrolls away from the end (following pauses)."""
+    """A ``Log`` that reports when the operator scrolls away from the end (following pauses) and steps between
+    the lines that match the filter."""
 
+    BINDINGS = bindings_for("log")
+    KEY_SCOPE = "log"
+    """The key catalogue's scope of this pane (help lists its keys while another pane has the focus)."""
+    HELP_PANE = "event log"
+    COMPONENT_CLASSES = {"event-log--match", "event-log--current"}
     DEFAULT_CSS = """
     EventLog { height: 1fr; }
+    EventLog > .event-log--match { background: $log-match; color: $background; text-style: bold; }
+    EventLog > .event-log--current { background: $primary 30%; }
     """
 
     @dataclass
@@ -21,7 +60,12 @@ class EventLog(Log):
         """The operator scrolled up: stop following, count what arrives."""
 
     def __init__(self, max_lines: int, **kwargs: object) -> None:
-        super().__init__(max_lines=max_lines, auto_scroll=True, **kwargs)  # type: ignore[arg-type]
+        super().__init__(max_lines=max_lines, auto_scroll=True, highlight=True, **kwargs)  # type: ignore[arg-type]
+        self.highlighter: MatchHighlighter = MatchHighlighter(self.get_component_rich_style)
+        self.current_line: int | None = None
+        """The line ``n``/``N`` moved to (an index into ``lines``), or None before the first move."""
+
+    # -- following ------------------------------------------------------------------------------------------
 
     def _pause(self) -> None:
         if self.auto_scroll:
@@ -29,14 +73,26 @@ class EventLog(Log):
             self.post_message(self.FollowPaused())
 
     def resume(self) -> None:
+        self._set_current_line(None)
         self.auto_scroll = True
         self.scroll_end(animate=False)
 
     def replace_lines(self, lines: list[str]) -> None:
         """Show exactly ``lines`` (after the filter or scope changed)."""
+        self.current_line = None
         self.clear()
         if lines:
             self.write_lines(lines)
+
+    def write_lines(self, lines: Iterable[str], scroll_end: bool | None = None) -> EventLog:
+        """As ``Log.write_lines``, keeping the current line on its text when old lines are dropped off the top."""
+        split = [part for line in lines for part in line.splitlines()]
+        before = len(self.lines)
+        super().write_lines(split, scroll_end)
+        dropped = before + len(split) - len(self.lines)
+        if dropped and self.current_line is not None:
+            self.current_line = self.current_line - dropped if self.current_line >= dropped else None
+        return self
 
     def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self._pause()
@@ -53,3 +109,62 @@ class EventLog(Log):
     def action_scroll_home(self) -> None:
         self._pause()
         super().action_scroll_home()
+
+    # -- matches ---------------------------------------------------------------------------------------------
+
+    @property
+    def match_pattern(self) -> FilterPattern | None:
+        return self.highlighter.pattern
+
+    def set_match_pattern(self, pattern: FilterPattern | None) -> None:
+        """Highlight ``pattern`` (None: nothing) and forget the current line; call before ``replace_lines``."""
+        self.highlighter.pattern = pattern
+        self.current_line = None
+        self.refresh()
+
+    def matching_lines(self) -> list[int]:
+        """Indexes of the lines ``n``/``N`` stop at: those with a match, or every line without a pattern."""
+        pattern = self.highlighter.pattern
+        return [index for index, line in enumerate(self.lines) if pattern is None or pattern.search(line)]
+
+    def action_next_match(self) -> None:
+        self.move_to_match(+1)
+
+    def action_previous_match(self) -> None:
+        self.move_to_match(-1)
+
+    def move_to_match(self, step: int) -> None:
+        """Mark the next (``step`` > 0) or previous matching line and scroll it into view, wrapping at the ends.
+
+        Before the first move it starts from the view: ``n`` takes the first match at or below the top line,
+        ``N`` the last at or above the bottom one.  Moving pauses following, as scrolling up does.
+        """
+        matches = self.matching_lines()
+        if not matches:
+            self.notify("no line in the event log matches the filter", severity="warning")
+            return
+        if self.current_line is None:
+            top = self.scroll_offset.y
+            bottom = top + self.scrollable_content_region.height - 1
+            start = (next((i for i in matches if i >= top), matches[0]) if step > 0 else
+                     next((i for i in reversed(matches) if i <= bottom), matches[-1]))
+        else:
+            current = self.current_line
+            start = (next((i for i in matches if i > current), matches[0]) if step > 0 else
+                     next((i for i in reversed(matches) if i < current), matches[-1]))
+        self._pause()
+        self._set_current_line(start)
+        self.scroll_to_region(Region(0, start, 1, 1), animate=False, immediate=True)
+
+    def _set_current_line(self, line: int | None) -> None:
+        previous, self.current_line = self.current_line, line
+        for index in {previous, line} - {None}:
+            self.refresh_lines(index)  # type: ignore[arg-type]
+
+    def render_line(self, y: int) -> Strip:
+        # The highlighter styles the current line's text; it runs inside this call, for this line only.
+        self.highlighter.on_current_line = self.scroll_offset.y + y == self.current_line
+        try:
+            return super().render_line(y)
+        finally:
+            self.highlighter.on_current_line = False

@@ -17,6 +17,9 @@ class ExecPanel(Vertical):
     """Hidden until opened for a box; ``RunRequested`` / ``InterruptRequested`` / ``Closed`` go up to the App."""
 
     BINDINGS = bindings_for("exec")
+    KEY_SCOPE = "exec"
+    """The key catalogue's scope of this pane (help lists its keys while it is open and another has the focus)."""
+    HELP_PANE = "exec panel"
     DEFAULT_CSS = """
     ExecPanel { display: none; height: 14; border: round $primary; }
     ExecPanel.-open { display: block; }

@@ -1,0 +1,110 @@
+"""``ExecActionsMixin``: the App's side of the exec panel (run a command in the selected box, stream its output,
+interrupt it) and of the ``s`` shell (probe for pty support off the UI thread, then run with the console suspended)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from textual import work
+
+from ..client import DaemonError
+from . import shell
+from .messages import ExecEnded, ExecOutputReceived
+from .widgets import BoxTable, ExecPanel
+
+
+class ExecActionsMixin:
+    """Mixed into ``ConsoleApp`` (which provides ``client``, ``main_screen``, ``_selected_or_warn`` and the App's
+    ``notify``/``post_message``/``call_from_thread``).
+
+    Message handlers are named for their messages (``on_exec_panel_run_requested`` …) rather than decorated with
+    ``@on``: Textual collects ``@on`` handlers only from classes built by its message-pump metaclass.
+    """
+
+    _exec_call: Any = None
+    """The exec running in the panel (None when idle); the interrupt goes to it."""
+
+    def action_exec_box(self) -> None:
+        app: Any = self
+        box = app._selected_or_warn()
+        if box is not None:
+            app.main_screen.query_one(ExecPanel).open_for(box.id, box.name)
+
+    def on_exec_panel_run_requested(self, message: ExecPanel.RunRequested) -> None:
+        app: Any = self
+        app.main_screen.query_one(ExecPanel).set_running(True)
+        self._run_exec(message.box_id, message.argv)
+
+    def on_exec_panel_interrupt_requested(self) -> None:
+        if self._exec_call is not None:
+            self._send_interrupt(self._exec_call)
+
+    @work(group="exec-signal", exit_on_error=False)
+    async def _send_interrupt(self, call: Any) -> None:
+        app: Any = self
+        await call.signal("INT")
+        app.post_message(ExecOutputReceived("^C (SIGINT sent)\n", "status"))
+
+    @work(exclusive=True, group="exec", exit_on_error=False, description="exec in the panel")
+    async def _run_exec(self, box_id: str, argv: list[str]) -> None:
+        app: Any = self
+        call = app.client.exec(box_id)
+        self._exec_call = call
+        ended = ExecEnded("the exec ended without an exit status")
+        try:
+            await call.start(argv)
+            async for item in call.messages():
+                if isinstance(item, tuple):
+                    stream, data = item
+                    app.post_message(ExecOutputReceived(data.decode("utf-8", "replace"),
+                                                        "stderr" if stream == 2 else "stdout"))
+                elif item.get("type") == "decision":
+                    app.post_message(ExecOutputReceived(
+                        f"[decision: {item.get('verdict', '?')} {item.get('reason', '')}]\n".replace(" ]", "]"),
+                        "status"))
+                elif item.get("type") == "denied":
+                    ended = ExecEnded(f"denied: {item.get('reason', 'no reason given')}", 126, dict(item))
+                elif item.get("type") == "exit":
+                    code = item.get("exit_code")
+                    ended = ExecEnded(f"exit {code}" + (" (timed out)" if item.get("timed_out") else ""), code,
+                                      dict(item))
+        except DaemonError as exc:
+            ended = ExecEnded(f"exec failed: {exc.message}")
+        finally:
+            self._exec_call = None
+            await call.close()
+        app.post_message(ended)
+
+    def on_exec_output_received(self, message: ExecOutputReceived) -> None:
+        app: Any = self
+        app.main_screen.query_one(ExecPanel).write(message.text)
+
+    def on_exec_ended(self, message: ExecEnded) -> None:
+        app: Any = self
+        panel = app.main_screen.query_one(ExecPanel)
+        panel.write(f"[{message.summary}]\n")
+        panel.set_running(False)
+
+    def on_exec_panel_closed(self) -> None:
+        app: Any = self
+        app.main_screen.query_one(BoxTable).focus()
+
+    def action_open_shell(self) -> None:
+        app: Any = self
+        box = app._selected_or_warn()
+        if box is not None:
+            self._probe_shell(box.name)
+
+    @work(thread=True, group="shell", exit_on_error=False)
+    def _probe_shell(self, box_name: str) -> None:
+        app: Any = self
+        command = shell.shell_command(box_name)
+        if command is None:
+            app.call_from_thread(app.notify, shell.NO_PTY_MESSAGE, severity="warning")
+        else:
+            app.call_from_thread(self._run_shell, command)
+
+    def _run_shell(self, command: list[str]) -> None:
+        app: Any = self
+        code = shell.run_suspended(app, command)
+        app.notify(shell.describe_exit(code), severity="warning" if code in (None, 126) else "information")
