@@ -6,6 +6,8 @@ with ``pytest --snapshot-update`` only after reading the snapshot report.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from tests.console_fakes import (
@@ -84,3 +86,13 @@ class TestConsoleSnapshots:
             assert app.screen.focused.id == "confirm-no"
 
         assert snap_compare(app, terminal_size=SIZE, run_before=run_before)
+
+
+@pytest.mark.parametrize(("doc", "snapshot"), [("console-main.svg", "test_main_screen"),
+                                               ("console-help.svg", "test_help"),
+                                               ("console-confirm.svg", "test_confirm_dialog")])
+def test_the_screenshots_in_the_docs_are_the_current_dark_snapshots(doc: str, snapshot: str) -> None:
+    root = Path(__file__).resolve().parents[1]
+    current = root / "tests" / "__snapshots__" / "test_console_snapshots" / f"TestConsoleSnapshots.{snapshot}[tkbox-dark].svg"
+    assert (root / "docs" / doc).read_bytes() == current.read_bytes(), (
+        f"docs/{doc} is out of date: copy {current.relative_to(root)} over it")
