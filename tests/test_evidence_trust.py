@@ -8,9 +8,12 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 from evidence_factory import fixed_keys, seeded_key
 
+from tkbox_daemon.evidence import note
 from tkbox_daemon.evidence import trust as trust_file
+from tkbox_daemon.evidence.records import key_id
 from tkbox_daemon.evidence.trust import (
     TrustError,
     build_trust,
@@ -129,3 +132,25 @@ def test_build_refuses_an_invalid_vkey() -> None:
 
 def test_module_constants() -> None:
     assert trust_file.TRUST_FORMAT == "tkbox.trust.v1"
+
+
+SMALL_ORDER_KEYS = [bytes([1]) + bytes(31),  # the neutral point
+                    bytes(32),  # a point of order 4
+                    bytes.fromhex("ecffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff7f")]  # order 2
+
+
+@pytest.mark.parametrize("raw", SMALL_ORDER_KEYS)
+def test_a_pinned_record_key_of_small_order_is_refused(raw: bytes) -> None:
+    kid = key_id(Ed25519PublicKey.from_public_bytes(raw))  # OpenSSL loads such a key without a word
+    data = with_record_key(public_key=base64.b64encode(raw).decode(), kid=kid)
+    with pytest.raises(TrustError, match=r"record_keys\[0\]: public_key is not a point of Ed25519's prime-order "
+                                         r"group .* tkbox signer trust"):
+        parse_trust(data)
+
+
+@pytest.mark.parametrize("raw", SMALL_ORDER_KEYS)
+def test_a_pinned_log_key_of_small_order_is_refused(raw: bytes) -> None:
+    doc = document()
+    doc["log_vkeys"] = [note.vkey_for(KEYS.origin, Ed25519PublicKey.from_public_bytes(raw))]
+    with pytest.raises(TrustError, match="is not a point of Ed25519's prime-order group"):
+        parse_trust(json.dumps(doc).encode())

@@ -10,12 +10,18 @@ Both check the same cofactorless equation ``[S]B = R + [k]A`` against the encodi
 the signature.  libsodium refuses more: small-order and non-canonical encodings of the
 key and of R, which an honest signer never makes.  Either way nothing passes here that
 OpenSSL would refuse; ``tests/test_evidence_signature_check.py`` holds both to the RFC 8032
-vectors and to the same verdict on damaged signatures, and shows the stricter refusals.
+vectors and to the same verdict on damaged signatures, and shows the stricter refusals.  ``is_signing_key``
+is what the trust file asks of every key it pins.
 """
 
 from __future__ import annotations
 
-from nacl.bindings import crypto_sign_BYTES, crypto_sign_open, crypto_sign_PUBLICKEYBYTES
+from nacl.bindings import (
+    crypto_core_ed25519_is_valid_point,
+    crypto_sign_BYTES,
+    crypto_sign_open,
+    crypto_sign_PUBLICKEYBYTES,
+)
 from nacl.exceptions import BadSignatureError
 
 
@@ -41,3 +47,11 @@ class RecordKey:
 
     def __repr__(self) -> str:
         return f"RecordKey({self.raw.hex()})"
+
+
+def is_signing_key(raw: bytes) -> bool:
+    """Whether ``raw`` can be an honest Ed25519 public key: a canonical encoding of a point of the prime-order
+    group (every key made from a private key is one).  A small-order point is not: with it, OpenSSL accepts a
+    signature made without any private key for any message (``tests/test_evidence_signature_check.py``)."""
+    return (type(raw) is bytes and len(raw) == crypto_sign_PUBLICKEYBYTES
+            and crypto_core_ed25519_is_valid_point(raw))

@@ -23,6 +23,7 @@ from .. import strictjson
 from ..fsutil import write_atomically
 from . import note
 from .records import key_id, public_raw
+from .signature_check import is_signing_key
 
 TRUST_FORMAT = "tkbox.trust.v1"
 SUPPORTED_ALGS = ("ed25519",)
@@ -180,6 +181,10 @@ def _parse_log_vkeys(value: Any) -> tuple[str, ...]:
             raise TrustError(f"log_vkeys: {vkey[:80]!r} is not a valid vkey: {exc}") from None
         if note.vkey_for(parsed.name, parsed.public) != vkey:
             raise TrustError(f"log_vkeys: {vkey[:80]!r} is not in canonical form")
+        if not is_signing_key(parsed.public.public_bytes_raw()):
+            raise TrustError(f"log_vkeys: {parsed.name!r} is not a point of Ed25519's prime-order group (a "
+                             "small-order key verifies forged signatures): this trust file is corrupt or forged; "
+                             "export it again from the signer with: tkbox signer trust -o run.trust.json")
         if parsed.name in names:
             raise TrustError(f"log_vkeys: two keys are named {parsed.name!r}")
         names.add(parsed.name)
@@ -199,6 +204,10 @@ def _parse_record_keys(value: Any, algs: tuple[str, ...]) -> tuple[PinnedRecordK
         if entry["alg"] not in algs:
             raise TrustError(f"{where}: alg {entry['alg']!r} is not in algs")
         raw = decode_public_key(entry["public_key"], where)
+        if not is_signing_key(raw):
+            raise TrustError(f"{where}: public_key is not a point of Ed25519's prime-order group (a small-order key "
+                             "verifies forged signatures): this trust file is corrupt or forged; export it again "
+                             "from the signer with: tkbox signer trust -o run.trust.json")
         try:
             public = Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
