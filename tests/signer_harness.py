@@ -11,7 +11,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tkbox_daemon.policy import PolicyContext, load_pack
+from tkbox_daemon.policy import load_pack
+from tkbox_daemon.policy.context import signer_context
 from tkbox_daemon.signer.keys import load_or_create
 from tkbox_daemon.signer.paths import SignerPaths
 from tkbox_daemon.signer.server import SignerServer
@@ -65,7 +66,7 @@ async def running_signer(base: Path, *, clock: Any = None, allowed_uids: Any = N
     paths = signer_paths(base)
     paths.ensure()
     keys = load_or_create(paths.keys_dir)
-    pack = load_pack("default", PolicyContext(str(paths.data_dir), str(paths.runtime_dir), os.getpid()))
+    pack = load_pack("default", signer_context(paths, os.getpid()))
     store = LogStore(paths.store_dir, keys, durable=durable)
     kwargs = {"clock": clock} if clock else {}
     service = SignerService(keys, store, pack, **kwargs)

@@ -2,12 +2,22 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
+import os
 
 import pytest
+from signer_harness import running_signer
 
 from tkbox_daemon.policy import check_main
+
+
+@pytest.fixture(autouse=True)
+def no_signer_here(tmp_path, monkeypatch):
+    """Point the signer's directories somewhere no signer runs: a preview never depends on the machine."""
+    monkeypatch.setenv("TKBOX_SIGNER_DATA_DIR", str(tmp_path / "no-signer-data"))
+    monkeypatch.setenv("TKBOX_SIGNER_RUNTIME_DIR", str(tmp_path / "no-signer-run"))
 
 
 def run(argv: list[str], stdin: str = "") -> tuple[int, str, str]:
@@ -109,3 +119,20 @@ def test_usage_error_behaves_as_argparse(capsys):
         check_main(["--frobnicate"])
     assert exited.value.code == 2
     assert "unrecognized arguments" in capsys.readouterr().err
+
+
+async def test_with_a_signer_running_the_preview_is_its_policy_with_its_pid(tmp_path, monkeypatch):
+    kill_it = ["--tool", "Bash", "--args", f"kill -9 {os.getpid()}", "--json"]  # the harness signer runs here
+    _, out, _ = await asyncio.to_thread(run, kill_it)
+    alone = json.loads(out)
+    assert alone["signer_pid"] is None and alone["verdict"] == "allow"  # no signer: no pid to protect
+    async with running_signer(tmp_path) as signer:
+        monkeypatch.setenv("TKBOX_SIGNER_DATA_DIR", str(signer.paths.data_dir))
+        monkeypatch.setenv("TKBOX_SIGNER_RUNTIME_DIR", str(signer.paths.runtime_dir))
+        code, out, _ = await asyncio.to_thread(run, kill_it)  # the signer answers on this thread's event loop
+        previewed = json.loads(out)
+        _, text, _ = await asyncio.to_thread(run, kill_it[:-1])
+    assert code == 0 and previewed["signer_pid"] == os.getpid()
+    assert previewed["verdict"] == "deny" and previewed["rule_ids"] == ["TK-D007"]
+    assert previewed["policy_hash"] == signer.service.pack.policy_hash != alone["policy_hash"]
+    assert f"context of the running signer, pid {os.getpid()}" in text

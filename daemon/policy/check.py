@@ -17,10 +17,29 @@ import json
 import sys
 from typing import TextIO
 
+from ..signer.client import SignerClient, SignerError
+from ..signer.paths import SignerPaths
+from .context import PolicyContext, signer_context
 from .engine import Verdict, evaluate
 from .errors import PolicyError
 from .loader import builtin_pack_names, load_pack
 from .pack import PolicyPack
+
+PREVIEW_TIMEOUT_SECONDS = 2.0  # how long to wait for a running signer's hello before previewing without its pid
+
+
+def preview_context() -> tuple[PolicyContext, str]:
+    """The context of the signer running for this user (its pid, from its ``hello``), so that the preview is
+    its own policy, hash included; without one, the context with no pid.  Also says which it is."""
+    paths = SignerPaths.from_env()
+    try:
+        with SignerClient(paths.socket, timeout=PREVIEW_TIMEOUT_SECONDS) as client:
+            pid = client.call("hello").get("pid")
+    except (SignerError, OSError, ValueError):
+        pid = None
+    if type(pid) is not int or pid <= 0:
+        return signer_context(paths, None), "no signer answers here: rules naming its pid are left out"
+    return signer_context(paths, pid), f"context of the running signer, pid {pid}"
 
 MAX_FILE_BYTES = 64 << 20
 
@@ -94,10 +113,11 @@ def _file_calls(path: str, stdin: TextIO) -> list[tuple[str, object]]:
     return calls
 
 
-def _as_json(tool: str, verdict: Verdict, pack: PolicyPack) -> dict:
+def _as_json(tool: str, verdict: Verdict, pack: PolicyPack, signer_pid: int | None) -> dict:
     return {"tool": tool, "tool_class": verdict.tool_class, "verdict": verdict.verdict,
             "rule_ids": list(verdict.rule_ids), "reason": verdict.reason, "hint": verdict.hint,
-            "findings": list(verdict.findings), "pack": pack.name, "policy_hash": pack.policy_hash}
+            "findings": list(verdict.findings), "pack": pack.name, "policy_hash": pack.policy_hash,
+            "signer_pid": signer_pid}
 
 
 def _as_text(tool: str, verdict: Verdict) -> str:
@@ -120,7 +140,8 @@ def check_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | N
             raise _InputError("give either --tool (with --args) or --file, not both or neither; see --help")
         if options.file is not None and options.call_args is not None:
             raise _InputError("--args goes with --tool; with --file each call carries its own args")
-        pack = load_pack(options.pack)
+        context, context_note = preview_context()
+        pack = load_pack(options.pack, context)
         if options.file is not None:
             calls = _file_calls(options.file, stdin or sys.stdin)
         else:
@@ -133,11 +154,11 @@ def check_main(argv: list[str], stdout: TextIO | None = None, stderr: TextIO | N
         return 2
     results = [(tool, evaluate(pack, tool, args)) for tool, args in calls]  # type: ignore[arg-type]
     if options.json:
-        documents = [_as_json(tool, verdict, pack) for tool, verdict in results]
+        documents = [_as_json(tool, verdict, pack, context.signer_pid) for tool, verdict in results]
         payload = documents if options.file is not None else documents[0]
         print(json.dumps(payload, indent=2, ensure_ascii=False), file=out)
     else:
-        print(f"pack {pack.name} {pack.policy_hash} (nothing recorded)", file=out)
+        print(f"pack {pack.name} {pack.policy_hash} (nothing recorded; {context_note})", file=out)
         for tool, verdict in results:
             print(_as_text(tool, verdict), file=out)
     return 0

@@ -2,9 +2,9 @@
 
 Packs name them as placeholders (``{signer_data_dir}``, ``{signer_runtime_dir}``, ``{signer_pid}``,
 ``{extra_protected_paths}``); the pack compiler substitutes them, ``re.escape``d, at load time.
-Without a context, ``default_context()`` finds the signer's directories from the environment the way
-the signer does (``$TKBOX_SIGNER_DATA_DIR``, ``$XDG_DATA_HOME/tkbox/signer``...), with no pid; that is
-what ``tkbox policy check`` uses.
+The signer builds its own with ``signer_context(paths, its pid)``.  Without a context, ``default_context()``
+takes the directories the signer would use (``SignerPaths.from_env``) and no pid; ``tkbox policy check`` adds the
+pid of the signer running there, if any, so that its preview is the signer's own policy (same hash).
 """
 
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
+from ..signer.paths import SignerPaths
 from .errors import PolicyError
 
 
@@ -25,23 +26,15 @@ class PolicyContext:
     extra_protected_paths: tuple[str, ...] = ()
 
 
+def signer_context(paths: SignerPaths, pid: int | None) -> PolicyContext:
+    """The context of the signer with these directories and pid (None: unknown; rules naming it are left out)."""
+    return PolicyContext(signer_data_dir=os.path.abspath(paths.data_dir),
+                         signer_runtime_dir=os.path.abspath(paths.runtime_dir), signer_pid=pid)
+
+
 def default_context() -> PolicyContext:
-    """The signer's directories for the current user, found as daemon/signer/paths.py finds them."""
-    env = os.environ
-    if env.get("TKBOX_SIGNER_DATA_DIR"):
-        data = env["TKBOX_SIGNER_DATA_DIR"]
-    elif env.get("XDG_DATA_HOME"):
-        data = os.path.join(env["XDG_DATA_HOME"], "tkbox", "signer")
-    else:
-        data = os.path.join(env.get("HOME") or os.path.expanduser("~"), ".local", "share", "tkbox", "signer")
-    if env.get("TKBOX_SIGNER_RUNTIME_DIR"):
-        runtime = env["TKBOX_SIGNER_RUNTIME_DIR"]
-    elif env.get("XDG_RUNTIME_DIR"):
-        runtime = os.path.join(env["XDG_RUNTIME_DIR"], "tkbox-signer")
-    else:
-        runtime = f"/tmp/tkbox-signer-{os.getuid()}"
-    return PolicyContext(signer_data_dir=os.path.abspath(data), signer_runtime_dir=os.path.abspath(runtime),
-                         signer_pid=None)
+    """This user's signer directories (``SignerPaths.from_env``, as the signer finds them), with no pid."""
+    return signer_context(SignerPaths.from_env(), None)
 
 
 def _checked_dir(name: str, value: object) -> str:

@@ -11,7 +11,8 @@ import os
 import signal
 import sys
 
-from ..policy import PolicyContext, PolicyError, load_pack
+from ..policy import PolicyError, load_pack
+from ..policy.context import signer_context
 from ..processes import AlreadyRunning, take_lock
 from .keys import KeyFileError, load_or_create
 from .paths import PathError, SignerPaths
@@ -40,10 +41,7 @@ async def serve(paths: SignerPaths, *, pack_name: str = "default", durable: bool
     lock_fd = _take_lock(paths)
     try:
         keys = load_or_create(paths.keys_dir)
-        context = PolicyContext(
-            signer_data_dir=str(paths.data_dir), signer_runtime_dir=str(paths.runtime_dir), signer_pid=os.getpid()
-        )
-        pack = load_pack(pack_name, context)
+        pack = load_pack(pack_name, signer_context(paths, os.getpid()))
         store = LogStore(paths.store_dir, keys, durable=durable)
         service = SignerService(keys, store, pack)
         await service.start()
