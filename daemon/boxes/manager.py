@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import secrets
 import shutil
 import subprocess
@@ -23,7 +24,17 @@ from .channels import ChannelError
 from .guest_link import GuestFailure
 from .settings import SettingsError, parse_settings
 
-GUEST_DIR = Path(__file__).resolve().parents[2] / "guest"
+
+def _guest_dir() -> Path:
+    """Where the guest agent's package is (the checkout's ``guest/``, or ``tkbox_guest`` in an installed wheel),
+    found without importing it: the daemon imports nothing of the guest but its protocol."""
+    spec = importlib.util.find_spec("tkbox_guest")
+    if spec is None or not spec.submodule_search_locations:
+        return Path(__file__).resolve().parents[2] / "guest"
+    return Path(next(iter(spec.submodule_search_locations))).resolve()
+
+
+GUEST_DIR = _guest_dir()
 
 
 def install_guest(source: Path, target: Path) -> Path:

@@ -21,7 +21,14 @@ import yaml
 from textual.color import Color, ColorParseError
 from textual.theme import Theme
 
-SHIPPED_THEMES_DIR = Path(__file__).resolve().parents[2] / "themes"
+
+def _shipped_themes_dir() -> Path:
+    """``themes/`` of the checkout tkbox runs from, or the copy a built wheel carries (see setup.py)."""
+    checkout = Path(__file__).resolve().parents[2] / "themes"
+    return checkout if checkout.is_dir() else Path(__file__).resolve().parent / "shipped_themes"
+
+
+SHIPPED_THEMES_DIR = _shipped_themes_dir()
 DEFAULT_THEME = "tkbox-dark"
 BASE_COLOURS = ("primary", "secondary", "accent", "foreground", "background", "surface", "panel", "boost",
                 "warning", "error", "success")

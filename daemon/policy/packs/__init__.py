@@ -1,0 +1,1 @@
+"""The built-in policy packs, as YAML data (``default.yaml``, ``coding.yaml``); ``loader.load_pack`` reads them."""
