@@ -6,11 +6,13 @@ plain subprocess with its sockets and workspace pointed at temporary directories
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import shutil
 import subprocess
 import sys
 import tempfile
 from collections import defaultdict
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -217,3 +219,15 @@ async def shutdown_guest(host: GuestHost) -> tuple[int, str]:
     response = await host.call("shutdown")
     assert response["ok"] is True
     return await host.stop()
+
+
+@contextlib.asynccontextmanager
+async def guest_on_empty_workspace(tmp_path: Path) -> AsyncIterator[GuestHost]:
+    """A started guest whose workspace is a new empty folder under ``tmp_path``; closed afterwards."""
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    host = await GuestHost(workspace).start()
+    try:
+        yield host
+    finally:
+        await host.aclose()

@@ -11,7 +11,7 @@ import signal
 from typing import Any
 
 import pytest
-from guest_host import WAIT, GuestHost, gone_or_zombie, shutdown_guest
+from guest_host import WAIT, GuestHost, gone_or_zombie, guest_on_empty_workspace, shutdown_guest
 
 from tkbox_guest import protocol as P
 
@@ -20,11 +20,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def guest(tmp_path):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    host = await GuestHost(workspace).start()
-    yield host
-    await host.aclose()
+    async with guest_on_empty_workspace(tmp_path) as host:
+        yield host
 
 
 # -- exec -------------------------------------------------------------------------------------------------------

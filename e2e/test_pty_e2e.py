@@ -15,7 +15,7 @@ import sys
 import time
 
 import pytest
-from guest_host import WAIT, GuestHost
+from guest_host import WAIT, GuestHost, guest_on_empty_workspace
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
@@ -26,11 +26,8 @@ pytestmark = pytest.mark.e2e
 
 @pytest.fixture
 async def guest(tmp_path):
-    workspace = tmp_path / "ws"
-    workspace.mkdir()
-    host = await GuestHost(workspace).start()
-    yield host
-    await host.aclose()
+    async with guest_on_empty_workspace(tmp_path) as host:
+        yield host
 
 
 async def _pty_exec(host: GuestHost, argv: list[str], **size: int) -> int:
