@@ -7,12 +7,12 @@ from __future__ import annotations
 import hashlib
 import os
 import shutil
-import stat
 import subprocess
-from pathlib import Path
 
 import pytest
 from guest_host import GuestHost, shutdown_guest
+
+from tests.git_worktree import apply_patch, tree
 
 pytestmark = pytest.mark.e2e
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (overlay mounts, pid namespaces)")
@@ -62,31 +62,6 @@ async def test_files_refuses_what_is_not_a_regular_file_in_the_workspace(files_g
 # -- a real overlay ---------------------------------------------------------------------------------------------
 
 
-def _tree(root: Path) -> dict[str, tuple]:
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        dirnames[:] = [d for d in dirnames if d != ".git" or Path(dirpath) != root]
-        for name in filenames + [d for d in dirnames if os.path.islink(os.path.join(dirpath, d))]:
-            path = Path(dirpath, name)
-            rel = str(path.relative_to(root))
-            st = path.lstat()
-            if stat.S_ISLNK(st.st_mode):
-                found[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st.st_mode):
-                found[rel] = ("file", path.read_bytes(), bool(st.st_mode & stat.S_IXUSR))
-    return found
-
-
-def _git_apply(base: Path, patch: bytes, into: Path) -> None:
-    shutil.copytree(base, into, symlinks=True)
-    home = into.parent / "emptyhome"
-    home.mkdir(exist_ok=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1", "GIT_CONFIG_GLOBAL": "/dev/null"}
-    subprocess.run(["git", "init", "-q", str(into)], check=True, env=env)
-    if patch:
-        subprocess.run(["git", "apply", "-"], input=patch, cwd=into, check=True, env=env)
-
-
 @pytest.fixture
 def overlay(tmp_path):
     if os.geteuid() != 0:
@@ -126,8 +101,8 @@ async def test_diff_over_a_real_overlay_reproduces_the_workspace(overlay, tmp_pa
         assert ("tool.sh", "mode") in changes and ("remade/old", "deleted") in changes
         assert ("gone/x", "deleted") in changes and ("data file.bin", "added") in changes
         assert any(f["binary"] for f in response["files"] if f["path"] == "data file.bin")
-        _git_apply(lower, patch, tmp_path / "applied")
-        assert _tree(tmp_path / "applied") == _tree(merged)
+        apply_patch(lower, patch, tmp_path / "applied")
+        assert tree(tmp_path / "applied") == tree(merged)
         status, err = await shutdown_guest(host)
         assert status == 0, err
     finally:

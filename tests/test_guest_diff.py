@@ -15,43 +15,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.git_worktree import apply_patch, git_env, tree
 from tkbox_guest import diff, gitpatch
 
 HAS_GIT = shutil.which("git") is not None
 needs_root = pytest.mark.skipif(os.geteuid() != 0, reason="needs root (whiteouts, trusted xattrs, mounts)")
 needs_git = pytest.mark.skipif(not HAS_GIT, reason="needs git")
-
-
-def _git_env(home: Path) -> dict[str, str]:
-    home.mkdir(exist_ok=True)
-    return {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
-            "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C", "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t",
-            "GIT_COMMITTER_NAME": "t", "GIT_COMMITTER_EMAIL": "t@t"}
-
-
-def _tree(root: Path) -> dict[str, tuple]:
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root and ".git" in dirnames:
-            dirnames.remove(".git")
-        for name in filenames + dirnames:
-            path = Path(dirpath, name)
-            mode = path.lstat().st_mode
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(mode):
-                found[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(mode):
-                found[rel] = ("file", path.read_bytes(), bool(mode & stat.S_IXUSR))
-    return found
-
-
-def _apply(base: Path, patch: bytes, into: Path) -> dict[str, tuple]:
-    shutil.copytree(base, into, symlinks=True)
-    env = _git_env(into.parent / "home")
-    subprocess.run(["git", "init", "-q", str(into)], check=True, env=env)
-    if patch:
-        subprocess.run(["git", "apply", "-"], input=patch, cwd=into, check=True, env=env)
-    return _tree(into)
 
 
 # -- notation ---------------------------------------------------------------------------------------------------
@@ -271,8 +240,9 @@ def test_big_files_are_streamed_as_binary_literals_that_git_applies(layers, tmp_
     with mock.patch.object(diff, "TEXT_LIMIT", 1000), mock.patch.object(diff, "READ_CHUNK", 777):
         patch = diff.make_patch(upper, lower)
     assert patch.count(b"GIT binary patch") == 2 and b"old mode 100644\nnew mode 100755\n" in patch
-    expected = _tree(lower) | _tree(upper)
-    assert _apply(lower, patch, tmp_path / "applied") == expected
+    expected = tree(lower) | tree(upper)
+    apply_patch(lower, patch, tmp_path / "applied")
+    assert tree(tmp_path / "applied") == expected
 
 
 def test_a_file_that_changes_size_while_read_is_an_error(layers):
@@ -317,7 +287,7 @@ def test_the_patch_is_byte_for_byte_what_git_diff_writes(tmp_path):
         subprocess.run(["sh", "-c", script], cwd=merged, check=True)
         ours = diff.make_patch(upper, lower, merged)
         repo = tmp_path / "repo"
-        env = _git_env(tmp_path / "home")
+        env = git_env(tmp_path / "home")
         shutil.copytree(lower, repo, symlinks=True)
         subprocess.run(["git", "init", "-q"], cwd=repo, check=True, env=env)
         subprocess.run(["git", "add", "-A"], cwd=repo, check=True, env=env)

@@ -25,6 +25,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.git_worktree import apply_patch, tree
 from tkbox_guest import diff
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("git") is None,
@@ -36,43 +37,6 @@ _lines = st.lists(st.sampled_from([b"x\n", b"y\n", b"zz", b"\r\n", "é\n".encode
 CONTENT = st.one_of(st.just(b""), _lines, st.binary(max_size=200), st.just(b"\xff\xfe text\n"),
                     st.builds(lambda n: b"line\n" * n + b"\0", st.integers(0, 3000)))
 TARGETS = st.one_of(st.sampled_from(NAMES), st.sampled_from(["../a", "/etc/passwd", "a/b c", "nowhere", "."]))
-
-
-def tree(root: Path) -> dict[str, tuple]:
-    """What git records of a work tree: files (content, owner-exec bit) and symlinks, never .git or directories."""
-    found: dict[str, tuple] = {}
-    for dirpath, dirnames, filenames in os.walk(root):
-        if Path(dirpath) == root and ".git" in dirnames:
-            dirnames.remove(".git")
-        for name in filenames + dirnames:
-            path = Path(dirpath, name)
-            st_ = path.lstat()
-            rel = str(path.relative_to(root))
-            if stat.S_ISLNK(st_.st_mode):
-                found[rel] = ("link", os.readlink(path))
-            elif stat.S_ISREG(st_.st_mode):
-                found[rel] = ("file", path.read_bytes(), bool(st_.st_mode & stat.S_IXUSR))
-    return found
-
-
-def _drop_empty_dirs(root: Path) -> None:
-    for dirpath, _, _ in sorted(os.walk(root), key=lambda entry: -len(entry[0])):
-        if Path(dirpath) != root and not os.listdir(dirpath):
-            os.rmdir(dirpath)
-
-
-def git_apply(base: Path, patch: bytes, into: Path) -> None:
-    """Apply to the base as git would have checked it out (git records no empty directories)."""
-    shutil.copytree(base, into, symlinks=True)
-    _drop_empty_dirs(into)
-    home = into.parent / "home"
-    home.mkdir(exist_ok=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "GIT_CONFIG_NOSYSTEM": "1",
-           "GIT_CONFIG_GLOBAL": "/dev/null", "LC_ALL": "C"}
-    subprocess.run(["git", "init", "-q", str(into)], check=True, env=env)
-    if patch:
-        result = subprocess.run(["git", "apply", "-"], input=patch, cwd=into, env=env, capture_output=True)
-        assert result.returncode == 0, result.stderr.decode(errors="replace") + "\n" + patch.decode(errors="replace")
 
 
 def _listing(root: Path) -> tuple[list[Path], list[Path], list[Path]]:
@@ -211,7 +175,7 @@ def test_random_overlay_changes_patch_back_exactly(data):
         mounted = False
         unmounted = diff.make_patch(upper, lower)
         assert with_merged == without_xattrs == unmounted
-        git_apply(lower, with_merged, top / "applied")
+        apply_patch(lower, with_merged, top / "applied", drop_empty_dirs=True)
         assert tree(top / "applied") == expected
     finally:
         if mounted:
