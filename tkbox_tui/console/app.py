@@ -35,7 +35,7 @@ from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
 from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
-from .present import connection_label, event_line
+from .present import connection_label
 from .screens import HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
@@ -198,15 +198,14 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         state = self.state
         table.sync(state.boxes, self.clock(), self.tkbox_tokens)
         detail.show_box(state.selected_box)
-        names = {box_id: box.name for box_id, box in state.boxes.items()}
         if self._log_rebuild:
             self._log_rebuild = False
             log.set_match_pattern(state.event_filter.highlight)
-            log.replace_lines([event_line(e, names.get(e.box_id)) for e in state.visible_events()])
+            log.replace_lines(state.shown_lines(state.events))
         else:
-            fresh = [e for e in state.events if e.seq > self._rendered_seq and state.shows(e)]
+            fresh = state.shown_lines(event for event in state.events if event.seq > self._rendered_seq)
             if fresh:
-                log.write_lines([event_line(e, names.get(e.box_id)) for e in fresh])
+                log.write_lines(fresh)
         self._rendered_seq = state.last_seq
         scope = f" of {state.selected_box.name}" if state.scope_to_selected and state.selected_box else ""
         title.update(f"Events{scope}  ({state.events_seen} received)")

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field, replace
 
 from tkbox_daemon.wire import BoxInfo, Event
@@ -97,17 +98,20 @@ class EventFilter:
         """What the log highlights in the lines it shows: the regex, unless inverted (shown lines lack it)."""
         return None if self.inverted else self.regex
 
-    def matches(self, event: Event, box_name: str | None) -> bool:
-        """Whether ``event`` (of the box named ``box_name``, if known) matches, before any inversion."""
+    def matches(self, event: Event, box_name: str | None, line: str | None = None) -> bool:
+        """Whether ``event`` (of the box named ``box_name``, if known) matches, before any inversion; ``line`` is
+        its log line when the caller has formatted it already."""
         if self.box and self.box not in (event.box_id, box_name):
             return False
         if self.kind and not event.kind.startswith(self.kind):
             return False
-        return self.regex is None or self.regex.search(event_line(event, box_name)) is not None
+        if self.regex is None:
+            return True
+        return self.regex.search(event_line(event, box_name) if line is None else line) is not None
 
-    def shows(self, event: Event, box_name: str | None) -> bool:
+    def shows(self, event: Event, box_name: str | None, line: str | None = None) -> bool:
         """Whether the log shows ``event`` under this filter (``matches``, flipped when inverted)."""
-        return self.matches(event, box_name) != self.inverted
+        return self.matches(event, box_name, line) != self.inverted
 
     def describe(self) -> str:
         """The filter as text that ``parse`` reads back (``!box:web kind:exec curl.*evil``); empty when none.
@@ -193,15 +197,29 @@ class ConsoleState:
 
     def shows(self, event: Event) -> bool:
         """Whether the log shows ``event`` under the filter and the box scope."""
-        if self.scope_to_selected and self.selected_box_id and event.box_id != self.selected_box_id:
+        if self._outside_scope(event):
             return False
-        if not self.event_filter.active:
-            return True
-        box = self.boxes.get(event.box_id)
-        return self.event_filter.shows(event, box.name if box else None)
+        return not self.event_filter.active or self.event_filter.shows(event, self._box_name(event))
 
-    def visible_events(self) -> list[Event]:
-        return [event for event in self.events if self.shows(event)]
+    def shown_lines(self, events: Iterable[Event]) -> list[str]:
+        """The log lines of those of ``events`` that the log shows, each line formatted once (the filter's
+        regex searches the same text that is shown)."""
+        lines = []
+        for event in events:
+            if self._outside_scope(event):
+                continue
+            name = self._box_name(event)
+            line = event_line(event, name)
+            if not self.event_filter.active or self.event_filter.shows(event, name, line):
+                lines.append(line)
+        return lines
+
+    def _outside_scope(self, event: Event) -> bool:
+        return bool(self.scope_to_selected and self.selected_box_id and event.box_id != self.selected_box_id)
+
+    def _box_name(self, event: Event) -> str | None:
+        box = self.boxes.get(event.box_id)
+        return box.name if box else None
 
     def pause(self) -> None:
         if self.following:
