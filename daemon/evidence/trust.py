@@ -181,10 +181,7 @@ def _parse_log_vkeys(value: Any) -> tuple[str, ...]:
             raise TrustError(f"log_vkeys: {vkey[:80]!r} is not a valid vkey: {exc}") from None
         if note.vkey_for(parsed.name, parsed.public) != vkey:
             raise TrustError(f"log_vkeys: {vkey[:80]!r} is not in canonical form")
-        if not is_signing_key(parsed.public.public_bytes_raw()):
-            raise TrustError(f"log_vkeys: {parsed.name!r} is not a point of Ed25519's prime-order group (a "
-                             "small-order key verifies forged signatures): this trust file is corrupt or forged; "
-                             "export it again from the signer with: tkbox signer trust -o run.trust.json")
+        _require_signing_key(parsed.public.public_bytes_raw(), f"log_vkeys: {parsed.name!r}")
         if parsed.name in names:
             raise TrustError(f"log_vkeys: two keys are named {parsed.name!r}")
         names.add(parsed.name)
@@ -204,10 +201,7 @@ def _parse_record_keys(value: Any, algs: tuple[str, ...]) -> tuple[PinnedRecordK
         if entry["alg"] not in algs:
             raise TrustError(f"{where}: alg {entry['alg']!r} is not in algs")
         raw = decode_public_key(entry["public_key"], where)
-        if not is_signing_key(raw):
-            raise TrustError(f"{where}: public_key is not a point of Ed25519's prime-order group (a small-order key "
-                             "verifies forged signatures): this trust file is corrupt or forged; export it again "
-                             "from the signer with: tkbox signer trust -o run.trust.json")
+        _require_signing_key(raw, f"{where}: public_key")
         try:
             public = Ed25519PublicKey.from_public_bytes(raw)
         except ValueError:
@@ -218,6 +212,14 @@ def _parse_record_keys(value: Any, algs: tuple[str, ...]) -> tuple[PinnedRecordK
     if len({key.kid for key in keys}) != len(keys):
         raise TrustError("record_keys has duplicate kids")
     return tuple(keys)
+
+
+def _require_signing_key(raw: bytes, what: str) -> None:
+    """TrustError unless ``raw`` is a key a signer can have (``signature_check.is_signing_key``)."""
+    if not is_signing_key(raw):
+        raise TrustError(f"{what} is not a point of Ed25519's prime-order group (a small-order key verifies forged "
+                         "signatures): this trust file is corrupt or forged; export it again from the signer with: "
+                         "tkbox signer trust -o run.trust.json")
 
 
 def decode_public_key(text: str, where: str) -> bytes:
