@@ -42,12 +42,12 @@ def bare_unshare_ms() -> float:
 class Bench:
     """Prepared directories for many boxes of one uid."""
 
-    def __init__(self, root: Path, uid: int) -> None:
-        self.root, self.uid, self.count = root, uid, 0
+    def __init__(self, root: Path, uid: int, job_uid: int) -> None:
+        self.root, self.uid, self.job_uid, self.count = root, uid, job_uid, 0
         checkout = root / "checkout"
         checkout.mkdir()
         (checkout / "README").write_text("bench\n")
-        build_base(checkout, root / "base", box_uid=uid)
+        build_base(checkout, root / "base", box_uid=job_uid)
         generate_etc(root / "etc")
 
     def spec(self, limits: BoxLimits | None) -> BoxSpec:
@@ -56,10 +56,10 @@ class Bench:
         for name in ("upper", "work", "state"):
             (box / name).mkdir(parents=True, mode=0o755)
         for name in ("upper", "work"):
-            os.chown(box / name, self.uid, self.uid)
+            os.chown(box / name, self.job_uid, self.job_uid)
         return BoxSpec(box_id=f"bench-{os.getpid()}-{self.count}", state_dir=box / "state",
                        base_dir=self.root / "base", upper_dir=box / "upper", work_dir=box / "work",
-                       etc_dir=self.root / "etc", box_uid=self.uid, limits=limits or BoxLimits(),
+                       etc_dir=self.root / "etc", box_uid=self.uid, job_uid=self.job_uid, limits=limits or BoxLimits(),
                        use_cgroups=limits is not None)
 
 
@@ -90,11 +90,11 @@ async def main() -> None:
     registry = Path(tempfile.gettempdir()) / "tkbox-bench-uids"
     allocator = UidAllocator(registry)
     owner = f"bench-{os.getpid()}"
-    uid = allocator.allocate(owner)
+    uid, job_uid = allocator.allocate(owner), allocator.allocate(owner)
     root = Path(tempfile.mkdtemp(prefix="tkbench-"))
     os.chmod(root, 0o755)
     try:
-        bench = Bench(root, uid)
+        bench = Bench(root, uid, job_uid)
         backends = {"bwrap": BwrapBackend(), "ns": NsBackend()}
         cases = {BARE_LABEL: None}
         for name in args.backends.split(","):
@@ -111,7 +111,8 @@ async def main() -> None:
             print(describe(label, values, None if label == BARE_LABEL else reference))
     finally:
         shutil.rmtree(root, ignore_errors=True)
-        allocator.release(uid, owner)
+        for claimed in (uid, job_uid):
+            allocator.release(claimed, owner)
 
 
 if __name__ == "__main__":

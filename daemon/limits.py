@@ -54,11 +54,37 @@ STDIN_UPFRONT = Limit("stdin_upfront", 1 * MIB, "bytes", "stdin given up front (
 STDIN_TEXT_IN_DECISION = Limit("stdin_text_in_decision", 4 * KIB, "bytes",
                                "UTF-8 stdin shown as text in the decision", "fixed")
 FRAME_PAYLOAD = Limit("frame_payload", 1 * MIB, "bytes", "one agent-channel frame", "fixed (protocol)")
+EXEC_OUTPUT_WINDOW = Limit("exec_output_window", 1 * MIB, "bytes",
+                           "one command's output the guest may send before the host's reader takes it",
+                           "fixed (protocol); a slow reader slows only its own command")
+GUEST_PING_DEADLINE = Limit("guest_ping_deadline", 30, "seconds", "the host's wait for the guest to answer ping",
+                            "fixed")
+GUEST_EXEC_START_DEADLINE = Limit("guest_exec_start_deadline", 60, "seconds",
+                                  "the host's wait for the guest to say a command started", "fixed")
+GUEST_SIGNAL_DEADLINE = Limit("guest_signal_deadline", 30, "seconds",
+                              "the host's wait for the guest to answer a signal", "fixed")
+GUEST_RESIZE_DEADLINE = Limit("guest_resize_deadline", 30, "seconds",
+                              "the host's wait for the guest to answer a terminal resize", "fixed")
+GUEST_FILES_DEADLINE = Limit("guest_files_deadline", 60, "seconds",
+                             "the host's wait for a file read from the guest (64 MiB at most)", "fixed")
+GUEST_DIFF_DEADLINE = Limit("guest_diff_deadline", 120, "seconds",
+                            "the host's wait for the guest's whole workspace patch", "fixed")
+GUEST_SHUTDOWN_DEADLINE = Limit("guest_shutdown_deadline", 10, "seconds",
+                                "the host's wait for the guest to answer shutdown (it gives commands 2 + 2 s to end)",
+                                "fixed")
 SIGNER_LINE = Limit("signer_line", 1 * MIB, "bytes", "one signer RPC line", "fixed (protocol)")
 EVENTS_FILE = Limit("events_file", 256 * MIB, "bytes", "a box's events.jsonl", "fixed; older events stay in the file")
 MUST_KEEP_QUEUE = Limit("must_keep_queue", 4096, "observations", "must-keep observations waiting for the signer",
                         "fixed; a box that overflows it is stopped and the loss counted in tkbox.gap")
-PATCH_SIZE = Limit("patch_size", 256 * MIB, "bytes", "the workspace patch read from a box", "fixed")
+PATCH_SIZE = Limit("patch_size", 256 * MIB, "bytes", "the workspace patch made from a box's layers", "fixed")
+PATCH_TIME = Limit("patch_time", 300, "seconds", "making the workspace patch from a box's layers on the host",
+                   "fixed; past it the patch is not saved and the gap is recorded")
+EXEC_END_GRACE = Limit("exec_end_grace", 5, "seconds",
+                       "past a command's time limit, the host's wait for the guest to report its end",
+                       "fixed; then the host ends the whole box and records why")
+STOP_GRACE = Limit("stop_grace", 10, "seconds",
+                   "the guest's time to end its commands on stop, before the host kills the whole box",
+                   "fixed; tkbox stop returns within it plus the patch")
 WORKSPACE_FILES = Limit("workspace_files", 200_000, "files", "files copied into a box's workspace",
                         "tkbox run --max-files N or limits.workspace_files")
 WORKSPACE_BYTES = Limit("workspace_bytes", 2 * GIB, "bytes", "bytes copied into a box's workspace",
@@ -72,6 +98,13 @@ CONTAINMENT_POLL_LATER = Limit("containment_poll_later", 15, "seconds", "contain
                                "fixed")
 
 ALL_LIMITS: tuple[Limit, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Limit))
+
+# How long the host waits for the guest's answer to each request op (``GuestLink.request``): the one table.
+GUEST_REQUEST_DEADLINES: dict[str, Limit] = {
+    "ping": GUEST_PING_DEADLINE, "exec": GUEST_EXEC_START_DEADLINE, "signal": GUEST_SIGNAL_DEADLINE,
+    "resize": GUEST_RESIZE_DEADLINE, "files": GUEST_FILES_DEADLINE, "diff": GUEST_DIFF_DEADLINE,
+    "shutdown": GUEST_SHUTDOWN_DEADLINE,
+}
 
 
 def markdown_table() -> str:

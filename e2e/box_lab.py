@@ -1,9 +1,10 @@
 """The host side of the e2e boxes (``test_box_isolation``): the in-box probe, directories, the agent socket and
 the box's results.
 
-Each box's PID 1 is ``IN_BOX_CHECKS`` below, run by Debian's ``/usr/bin/python3``. It connects to the channel
-socket the host serves at ``/run/tkbox/agent.sock``, runs the checks the test names, sends their results as one
-JSON line and then waits for the host's word (so the host can inspect the live box from outside first). Nothing
+Each box's PID 1 is ``IN_BOX_CHECKS`` below, run by Debian's ``/usr/bin/python3`` in the guest's place (in-box
+root with the guest's capabilities). It connects to the channel socket the host serves at
+``/run/tkbox/agent.sock``, cuts its capabilities as the guest does, runs the checks the test names in a child
+that became the job user (as every exec does), sends their results as one JSON line and then waits for the host's word (so the host can inspect the live box from outside first). Nothing
 here waits on the clock for synchronisation: the host awaits the socket, pidfds and ``wait()``; timeouts only
 bound how long a broken box may hang a test.
 """
@@ -174,16 +175,50 @@ def limits(args):
 
 CHECKS = {f.__name__: f for f in (net, privileged, identity, host, filesystem, leftovers, workspace, processes, limits)}
 
+def run_as_job(wanted, args):
+    """As the guest does: keep only the guest's capabilities, then run the checks in a child that became the job
+    user (in-box 1000, its own host uid, no capabilities); the results come back on a pipe."""
+    sys.path.append("/run/tkbox")
+    from guest.agent import become_agent
+    from guest.boot import JobUser
+    become_agent(JobUser(1000, 1000, "/home/box"))
+    read_end, write_end = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(read_end)
+        os.closerange(3, write_end)  # as Popen(close_fds=True) in the guest: the job inherits only its stdio
+        os.closerange(write_end + 1, 1 << 16)
+        os.setgroups([])
+        os.setresgid(1000, 1000, 1000)
+        os.setresuid(1000, 1000, 1000)
+        results = {}
+        for check in wanted:
+            try:
+                results[check] = CHECKS[check](args)
+            except Exception as error:
+                results[check] = {"crashed": repr(error)}
+        with os.fdopen(write_end, "wb") as out:
+            out.write(json.dumps(results).encode())
+        os._exit(0)
+    os.close(write_end)
+    with os.fdopen(read_end, "rb") as results:
+        data = results.read()
+    os.waitpid(pid, 0)
+    return data
+
 def main():
     wanted, args = json.loads(sys.argv[1]), json.loads(sys.argv[2])
+    inherited = {}  # what the launcher left open in PID 1 (the guest closes all of it at boot, as we do)
+    for fd in os.listdir("/proc/self/fd"):
+        try:
+            inherited[fd] = os.readlink(f"/proc/self/fd/{fd}")
+        except OSError:
+            pass
+    os.closerange(3, 1 << 16)
     sock = socket.socket(socket.AF_UNIX)
     sock.connect("/run/tkbox/agent.sock")
-    results = {}
-    for check in wanted:
-        try:
-            results[check] = CHECKS[check](args)
-        except Exception as error:
-            results[check] = {"crashed": repr(error)}
+    results = json.loads(run_as_job(wanted, args))
+    results["inherited_fds"] = inherited
     sock.sendall(json.dumps(results).encode() + b"\n")
     stream = sock.makefile("rb")
     counter = 0
@@ -219,8 +254,9 @@ def tree_digest(root: Path) -> str:
 class BoxLab:
     """Host side of the e2e boxes: directories, the agent socket, and the box's results."""
 
-    def __init__(self, root: Path, backend, uid: int, checkout: Path | None = None) -> None:
-        self.root, self.backend, self.uid, self.count = root, backend, uid, 0
+    def __init__(self, root: Path, backend, uids: tuple[int, int], checkout: Path | None = None) -> None:
+        self.root, self.backend, self.count = root, backend, 0
+        self.uid, self.job_uid = uids  # the guest's host uid, the job's
         if checkout is None:
             checkout = root / "checkout"
             checkout.mkdir()
@@ -228,7 +264,7 @@ class BoxLab:
             (checkout / "run.sh").write_text("#!/bin/sh\necho hi\n")
             os.chmod(checkout / "run.sh", 0o755)
         self.base = root / "base"
-        self.summary = build_base(checkout, self.base, box_uid=uid)
+        self.summary = build_base(checkout, self.base, box_uid=self.job_uid)
         self.etc = root / "etc"
         generate_etc(self.etc)
 
@@ -239,10 +275,10 @@ class BoxLab:
         for name in ("upper", "work", "state"):
             (box_dir / name).mkdir(mode=0o755)
         for name in ("upper", "work"):
-            os.chown(box_dir / name, self.uid, self.uid)
+            os.chown(box_dir / name, self.job_uid, self.job_uid)
         return BoxSpec(box_id=f"e2e-{self.root.name[4:].lower()}-{self.count}", state_dir=box_dir / "state",
                        base_dir=self.base, upper_dir=box_dir / "upper", work_dir=box_dir / "work",
-                       etc_dir=self.etc, box_uid=self.uid, channels={"agent": box_dir / "agent.sock"},
+                       etc_dir=self.etc, box_uid=self.uid, job_uid=self.job_uid, channels={"agent": box_dir / "agent.sock"},
                        guest_dir=Path(__file__).resolve().parents[1] / "guest", limits=limits or BoxLimits())
 
     @asynccontextmanager

@@ -1,6 +1,10 @@
 """A test host for the real guest agent: serves the boot config once, accepts the guest's connection over real
 Unix sockets and routes its frames by id.  The guest runs exactly as in a box (``python -I -S <folder>``), as a
 plain subprocess with its sockets and workspace pointed at temporary directories.
+
+Output credit: by default the host acknowledges every STDOUT/STDERR frame as it arrives (OUTPUT_ACK), like a
+reader that keeps up; with ``ack_output=False`` it acknowledges nothing until the test calls ``ack_output``, and
+``output_windows`` counts, per exec, what the guest sent and has not had acknowledged.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ class GuestHost:
 
     def __init__(self, workspace: Path, *, base_dir: Path | None = None, upper_dir: Path | None = None,
                  env: dict[str, str] | None = None, limits: dict[str, int] | None = None,
-                 prefix: tuple[str, ...] = (), raw_boot: bytes | None = None) -> None:
+                 prefix: tuple[str, ...] = (), raw_boot: bytes | None = None, ack_output: bool = True,
+                 drain_ms: int = 300) -> None:
         self.sockdir = Path(tempfile.mkdtemp(prefix="tkg-", dir="/tmp"))
         self.boot_path = self.sockdir / "boot.sock"
         self.agent_path = self.sockdir / "agent.sock"
@@ -43,9 +48,13 @@ class GuestHost:
             config["upper_dir"] = str(upper_dir)
         self.boot_bytes = raw_boot if raw_boot is not None else P.dumps(config)
         self.prefix = prefix
+        self.drain_ms = drain_ms
         self.events: dict[int, asyncio.Queue[tuple[str, Any]]] = defaultdict(asyncio.Queue)
         self.windows: dict[int, P.StdinWindow] = {}
         self.credit = asyncio.Condition()
+        self.auto_ack_output = ack_output
+        self.output_windows: dict[int, P.OutputWindow] = {}
+        self.output_seen = asyncio.Condition()  # notified on every output frame
         self.ops: dict[int, str] = {}
         self.next_id = 1
         self.connected = asyncio.Event()
@@ -61,7 +70,7 @@ class GuestHost:
         self.agent_server = await asyncio.start_unix_server(self._accept, path=str(self.agent_path))
         self.proc = await asyncio.create_subprocess_exec(
             *self.prefix, sys.executable, "-I", "-S", str(GUEST_DIR), "--boot-socket", str(self.boot_path),
-            "--drain-ms", "300", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+            "--drain-ms", str(self.drain_ms), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
             cwd="/")
         if connect:
             await asyncio.wait_for(self.connected.wait(), WAIT)
@@ -105,6 +114,13 @@ class GuestHost:
             ident, data = P.split_id(frame.payload)
             kind = {P.STDOUT: "stdout", P.STDERR: "stderr", P.DATA: "data"}[frame.type]
             self.events[ident].put_nowait((kind, data))
+            if frame.type in (P.STDOUT, P.STDERR):
+                async with self.output_seen:
+                    self.output_windows[ident].take(len(data))  # a ProtocolError: the guest overran its window
+                    self.output_seen.notify_all()
+                if self.auto_ack_output:
+                    with contextlib.suppress(ConnectionError, OSError):  # a test may have closed its end
+                        await self.ack_output(ident, len(data))
 
     async def stop(self) -> tuple[int, str]:
         """Wait for the guest to exit; returns (status, stderr)."""
@@ -138,8 +154,26 @@ class GuestHost:
         body = P.validate_request({"id": ident, "op": op, **fields})
         if op == "exec":
             self.windows[ident] = P.StdinWindow()
+            self.output_windows[ident] = P.OutputWindow()
         await self.send_raw(P.encode_json_frame(P.REQUEST, body))
         return ident
+
+    async def ack_output(self, ident: int, count: int | None = None) -> None:
+        """Acknowledge ``count`` output bytes of exec ``ident`` (all it has outstanding when not given)."""
+        window = self.output_windows[ident]
+        count = window.outstanding if count is None else count
+        while count > 0:
+            step = min(count, P.OUTPUT_WINDOW)
+            window.give_back(step)
+            await self.send_raw(P.encode_output_ack(ident, step))
+            count -= step
+
+    async def output_outstanding(self, ident: int, at_least: int) -> int:
+        """Wait until exec ``ident`` has at least ``at_least`` output bytes unacknowledged; returns how many."""
+        window = self.output_windows[ident]
+        async with self.output_seen:
+            await asyncio.wait_for(self.output_seen.wait_for(lambda: window.outstanding >= at_least), WAIT)
+        return window.outstanding
 
     async def call(self, op: str, **fields: Any) -> dict[str, Any]:
         ident = await self.request(op, **fields)

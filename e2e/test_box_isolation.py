@@ -40,12 +40,14 @@ def backend(request):
 
 
 @pytest.fixture
-def box_uid():
+def box_uids():
+    """The guest's host uid and the job's, as the daemon hands them out."""
     allocator = UidAllocator(UID_REGISTRY)
     box_id = f"e2e-{os.getpid()}-{os.urandom(3).hex()}"
-    uid = allocator.allocate(box_id)
-    yield uid
-    allocator.release(uid, box_id)
+    uids = (allocator.allocate(box_id), allocator.allocate(box_id))
+    yield uids
+    for uid in uids:
+        allocator.release(uid, box_id)
 
 
 @pytest.fixture
@@ -57,8 +59,8 @@ def lab_dir():
 
 
 @pytest.fixture
-def lab(lab_dir, backend, box_uid):
-    return BoxLab(lab_dir, backend, box_uid)
+def lab(lab_dir, backend, box_uids):
+    return BoxLab(lab_dir, backend, box_uids)
 
 
 async def test_network_is_loopback_only_and_vsock_is_refused(lab):
@@ -82,18 +84,28 @@ async def test_privileged_calls_are_refused_by_seccomp(lab):
     assert calls["fork"] == "ok" and calls["mkfifo"] == "ok" and calls["personality_query"] == "ok"
 
 
-async def test_the_box_runs_as_an_unprivileged_host_uid_without_capabilities(lab):
+GUEST_CAPABILITIES = f"{(1 << 0) | (1 << 2) | (1 << 5) | (1 << 6) | (1 << 7):016x}"  # chown dac_read kill setgid setuid
+
+
+async def test_the_job_and_the_guest_run_as_two_unprivileged_host_uids(lab):
     async with lab.run(["identity"]) as run:
         host_view = run.host_status()  # the box waits for our "bye": it is alive while we look
         inside = run.results["identity"]
+        uid_map = Path(f"/proc/{run.box.pid}/uid_map").read_text().split()
+    # PID 1 (the guest's place): its own host uid, only the guest's capabilities, and those of its namespace only
     uid_fields = [int(value) for value in host_view["Uid"].split()]
     assert all(value == lab.uid >= 100_000 for value in uid_fields)
     assert all(int(value) == lab.uid for value in host_view["Gid"].split())
-    assert host_view["CapEff"] == "0000000000000000" and host_view["CapPrm"] == "0000000000000000"
+    assert host_view["CapEff"] == host_view["CapPrm"] == GUEST_CAPABILITIES
+    assert host_view["CapBnd"] == host_view["CapInh"] == host_view["CapAmb"] == "0000000000000000"
     assert host_view["NoNewPrivs"] == "1" and host_view["Seccomp"] == "2"
     assert host_view["Groups"] == ""
-    assert inside["uid"] == inside["gid"] == 1000 and inside["user"] == "box" and inside["pid"] == 1
-    assert inside["status"]["CapEff"] == "0000000000000000" and inside["status"]["CapBnd"] == "0000000000000000"
+    assert uid_map == ["0", str(lab.uid), "1", "1000", str(lab.job_uid), "1"]
+    # the job: in-box 1000 on another host uid, no capability in any set
+    assert lab.job_uid != lab.uid and lab.job_uid >= 100_000
+    assert inside["uid"] == inside["gid"] == 1000 and inside["user"] == "box" and inside["pid"] != 1
+    for key in ("CapEff", "CapPrm", "CapBnd"):
+        assert inside["status"][key] == "0000000000000000", (key, inside["status"])
     assert inside["hostname"] == "box"
 
 
@@ -109,6 +121,8 @@ async def test_host_files_sockets_and_processes_are_out_of_reach(lab, lab_dir):
     try:
         async with lab.run(["host", "processes"], {"secret": str(secret), "host_socket": host_socket_path}) as run:
             seen, processes = run.results["host"], run.results["processes"]
+            pid1_fds = {int(fd): os.readlink(f"/proc/{run.box.pid}/fd/{fd}")
+                        for fd in os.listdir(f"/proc/{run.box.pid}/fd")}
     finally:
         listener.close()
         os.unlink(host_socket_path)
@@ -118,8 +132,14 @@ async def test_host_files_sockets_and_processes_are_out_of_reach(lab, lab_dir):
     assert "vsock" not in seen["dev"] and "kvm" not in seen["dev"] and "sda" not in seen["dev"]
     assert set(seen["root"]) <= {"usr", "bin", "sbin", "lib", "lib64", "lib32", "libx32", "etc", "tmp", "var",
                                  "run", "home", "proc", "dev", "workspace"}
-    assert processes["pids"] == [1]  # /proc shows the box's own processes only
-    assert processes["fds"] in ([0, 1, 2, 3], [0, 1, 2, 3, 4])  # stdio, the socket, the listing: no host fd
+    assert processes["pids"][0] == 1 and len(processes["pids"]) == 2  # the box's own processes only: PID 1, the job
+    assert processes["fds"][:3] == [0, 1, 2] and len(processes["fds"]) == 5  # + the result pipe, the listing
+    # PID 1: stdio and its agent socket; no host directory or memfd fd came through the launcher. bwrap leaves
+    # the box's own user namespace fd (--userns) open; the guest closes everything but stdio at boot.
+    assert sorted(pid1_fds) == [0, 1, 2, 3] and pid1_fds[3].startswith("socket:"), pid1_fds
+    inherited = {int(fd): target for fd, target in run.results["inherited_fds"].items()}
+    extra = {fd: target for fd, target in inherited.items() if fd > 2 and not target.startswith("/proc/")}
+    assert all(target.startswith("user:[") for target in extra.values()) and len(extra) <= 1, inherited
 
 
 async def test_root_is_read_only_and_tmp_is_private_to_one_box(lab):
@@ -127,8 +147,9 @@ async def test_root_is_read_only_and_tmp_is_private_to_one_box(lab):
         writes = run.results["filesystem"]
     for path in ("/usr/tkbox-probe", "/etc/tkbox-probe", "/tkbox-probe", "/run/tkbox/base/x", "/run/tkbox/upper/x"):
         assert writes[path] == "EROFS", (path, writes)
-    for path in ("/tmp/marker", "/var/tmp/marker", "/home/box/marker", "/run/marker"):
+    for path in ("/tmp/marker", "/var/tmp/marker", "/home/box/marker"):
         assert writes[path] == "ok", (path, writes)
+    assert writes["/run/marker"] == "EACCES"  # /run and /run/tkbox are the guest's
     async with lab.run(["leftovers"]) as second:
         assert second.results["leftovers"] == {"/tmp/marker": False, "/var/tmp/marker": False,
                                                "/home/box/marker": False}
@@ -149,13 +170,13 @@ async def test_workspace_writes_land_in_the_upper_dir_and_the_base_is_unchanged(
     assert stat.S_ISCHR(whiteout.st_mode) and whiteout.st_rdev == 0
     assert (upper / "hello.txt").read_text() == "changed in the box"
     assert (upper / "made-in-box.txt").read_text() == "new"
-    assert (upper / "made-in-box.txt").stat().st_uid == lab.uid
+    assert (upper / "made-in-box.txt").stat().st_uid == lab.job_uid
     assert (lab.base / "hello.txt").read_text() == "hello from the host"
     assert tree_digest(lab.base) == before
     assert str(lab.root) not in Path("/proc/self/mountinfo").read_text()
 
 
-async def test_a_git_checkout_brings_tracked_and_unignored_files_but_no_secrets(lab_dir, backend, box_uid):
+async def test_a_git_checkout_brings_tracked_and_unignored_files_but_no_secrets(lab_dir, backend, box_uids):
     checkout = lab_dir / "repo"
     checkout.mkdir()
     git = ["git", "-c", "user.name=t", "-c", "user.email=t@example.invalid", "-C", str(checkout)]
@@ -169,7 +190,7 @@ async def test_a_git_checkout_brings_tracked_and_unignored_files_but_no_secrets(
     subprocess.run([*git, "add", ".gitignore", "app.py", "deploy.pem"], check=True)
     subprocess.run([*git, "commit", "-q", "-m", "init"], check=True)
     (checkout / "notes.md").write_text("untracked, not ignored\n")
-    lab = BoxLab(lab_dir, backend, box_uid, checkout=checkout)
+    lab = BoxLab(lab_dir, backend, box_uids, checkout=checkout)
     async with lab.run(["workspace"]) as run:
         files = run.results["workspace"]["files"]
     assert files == [".gitignore", "app.py", "notes.md"]
@@ -273,7 +294,8 @@ async def test_the_box_dies_with_its_supervisor(lab, paused):
     spec = lab.spec()
     fields = {"backend": lab.backend.name, "pause": paused, "box_id": spec.box_id, "state_dir": str(spec.state_dir),
               "base_dir": str(spec.base_dir), "upper_dir": str(spec.upper_dir), "work_dir": str(spec.work_dir),
-              "etc_dir": str(spec.etc_dir), "box_uid": spec.box_uid, "channels": {},
+              "etc_dir": str(spec.etc_dir), "box_uid": spec.box_uid, "job_uid": spec.job_uid,
+              "channels": {},
               "argv": [BOX_PYTHON, "-I", "-S", "-c", "import select; select.select([], [], [])"]}
     supervisor = await asyncio.create_subprocess_exec(sys.executable, "-c", SUPERVISOR, json.dumps(fields),
                                                       stdout=subprocess.PIPE)

@@ -36,6 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--drain-ms", type=int, default=1000,
                         help="how long to wait for an exec's pipes after it ended (default 1000)")
     args = parser.parse_args(argv)
+    # Nothing the launcher left open is ours to keep (bwrap leaves its --userns fd): stdio only, from here on.
+    os.closerange(3, 1 << 20)
     agent = _agent_module()
     return agent.run(args.boot_socket, args.agent_socket, drain_s=max(0, args.drain_ms) / 1000)
 

@@ -1,9 +1,9 @@
 """The agent: connect to the host's agent socket and serve requests until ``shutdown`` or the channel closes.
 
-The request loop only ever does quick, non-blocking work (decode, validate, spawn a process, queue stdin, send a
-small response); anything long (an exec's life, a diff, a file read) runs as its own task, so the host can always
-signal or shut down. A protocol error from the host ends the guest: it kills every process group it started,
-closes the channel, writes the reason on stderr and exits with status 2.
+The request loop only ever does quick, non-blocking work (decode, validate, spawn a process, queue stdin, take
+output credit, send a small response); anything long (an exec's life, a diff, a file read) runs as its own task,
+so the host can always signal or shut down. A protocol error from the host ends the guest: it kills every process
+group it started, closes the channel, writes the reason on stderr and exits with status 2.
 """
 
 from __future__ import annotations
@@ -13,13 +13,15 @@ import errno
 import hashlib
 import os
 import signal
+import stat
 import sys
 from collections import OrderedDict
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any
 
 from . import diff, protocol
-from .boot import BootConfig, BootError, read_boot_config
+from .boot import BootConfig, BootError, JobUser, read_boot_config
+from .capabilities import CapabilityError, restrict_to
 from .channel import Channel, ChannelClosed
 from .execs import Exec, StartError
 from .files import BoundedRead, FileError
@@ -35,7 +37,7 @@ DRAIN_S = 1.0
 SHUTDOWN_GRACE_S = 2.0
 READ_SIZE = 256 * 1024
 DATA_CHUNK = 256 * 1024
-FINISHED_MEMORY = 4096  # ids of ended execs whose late STDIN frames are dropped, not refused
+FINISHED_MEMORY = 4096  # ids of ended execs whose late STDIN and OUTPUT_ACK frames are dropped, not refused
 FILES_LIST_BUDGET = 900_000  # bytes of the diff response's file list; the patch itself is the full record
 
 
@@ -116,16 +118,22 @@ class Agent:
         if frame.type == protocol.REQUEST:
             self.request(protocol.validate_request(protocol.loads_strict(frame.payload)))
             return
-        ident, data = protocol.split_id(frame.payload)
+        credit, data = 0, b""
+        if frame.type == protocol.OUTPUT_ACK:
+            ident, credit = protocol.decode_output_ack(frame.payload)
+        else:
+            ident, data = protocol.split_id(frame.payload)
         running = self.execs.get(ident)
         if running is None:
             if ident in self.finished:
-                return  # sent before the host saw this exec's end
+                return  # sent before the host saw this exec's end (stdin, or credit it no longer needs)
             raise ProtocolError(f"{protocol.TYPE_NAMES[frame.type]} for id {ident}, which is not a running exec")
         if frame.type == protocol.STDIN:
             running.feed_stdin(data)
-        else:
+        elif frame.type == protocol.STDIN_EOF:
             running.close_stdin()
+        else:
+            running.give_output_credit(credit)
 
     def request(self, req: dict[str, Any]) -> None:
         ident, op = req["id"], req["op"]
@@ -208,7 +216,7 @@ class Agent:
         limit, asked = self.config.exec_timeout_ms, req["timeout_ms"]
         timeout_ms = min(limit, asked) if limit and asked else limit or asked
         running = Exec(ident, req, env={**self.config.env, **req["env"]}, timeout_ms=timeout_ms,
-                       channel=self.channel, reaper=self.reaper, drain_s=self.drain_s)
+                       channel=self.channel, reaper=self.reaper, drain_s=self.drain_s, job=self.config.job)
         try:
             pid = running.start()
         except StartError as exc:
@@ -249,7 +257,9 @@ class Agent:
     async def diff(self, ident: int, req: dict[str, Any]) -> None:
         merged = self.config.workspace if os.path.isdir(self.config.workspace) else None
         summaries: list[dict[str, Any]] = []
-        pieces = diff.iter_patch(self.config.upper_dir, self.config.base_dir, merged, summaries)
+        # only the xattr the kernel itself reads: a job may set user.overlay.opaque on its own directories
+        pieces = diff.iter_patch(self.config.upper_dir, self.config.base_dir, merged, summaries,
+                                 opaque_xattrs=diff.KERNEL_OPAQUE_XATTRS)
         try:
             size, sha256 = await self._stream(ident, _blocks(pieces, DATA_CHUNK))
         except diff.DiffError as exc:
@@ -332,6 +342,15 @@ async def serve_socket(config: BootConfig, agent_socket: str, *, drain_s: float 
         reaper.stop()
 
 
+def become_agent(job: JobUser) -> None:
+    """Before any thread exists (capabilities are per thread): keep only the guest's own capabilities, and hand
+    the job user its home (a fresh tmpfs the launcher may have made as the guest's)."""
+    restrict_to()
+    info = os.lstat(job.home)
+    if stat.S_ISDIR(info.st_mode) and info.st_uid != job.uid:
+        os.chown(job.home, job.uid, job.gid, follow_symlinks=False)
+
+
 def run(boot_socket: str, agent_socket: str | None = None, *, drain_s: float = DRAIN_S) -> int:
     """Read the boot config, then serve the agent socket (the flag wins over the config's path)."""
     try:
@@ -339,4 +358,10 @@ def run(boot_socket: str, agent_socket: str | None = None, *, drain_s: float = D
     except BootError as exc:
         _log(str(exc))
         return EXIT_STARTUP
+    if config.job is not None:
+        try:
+            become_agent(config.job)
+        except (CapabilityError, OSError) as exc:
+            _log(f"cannot set up the guest's privileges: {exc}")
+            return EXIT_STARTUP
     return asyncio.run(serve_socket(config, agent_socket or config.agent_socket, drain_s=drain_s))

@@ -16,6 +16,15 @@ class BootError(Exception):
 
 
 @dataclass(frozen=True)
+class JobUser:
+    """The in-box user every exec runs as (never the guest's own uid), and its home."""
+
+    uid: int
+    gid: int
+    home: str
+
+
+@dataclass(frozen=True)
 class BootConfig:
     box_id: str
     env: dict[str, str]
@@ -26,6 +35,7 @@ class BootConfig:
     clock_ms: int
     base_dir: str
     upper_dir: str
+    job: JobUser | None = None  # None only where the guest runs outside a box (tests on the host)
 
     @classmethod
     def from_json(cls, data: bytes) -> BootConfig:
@@ -36,7 +46,7 @@ class BootConfig:
         return cls(box_id=obj["box_id"], env=dict(obj["env"]), workspace=obj["workspace"],
                    agent_socket=obj["agent_socket"], exec_timeout_ms=obj["limits"]["exec_timeout_ms"],
                    max_execs=obj["limits"]["max_execs"], clock_ms=obj["clock"], base_dir=obj["base_dir"],
-                   upper_dir=obj["upper_dir"])
+                   upper_dir=obj["upper_dir"], job=JobUser(**obj["job"]) if "job" in obj else None)
 
 
 def read_boot_config(path: str, timeout_s: float = 30.0) -> BootConfig:

@@ -1,8 +1,9 @@
 """The guest's sending half of the agent channel: whole frames, in order, with backpressure.
 
 Each frame is handed to the transport in one ``write`` call, so frames from concurrent tasks never interleave.
-Producers of bulk data (stdout, stderr, DATA) use :meth:`Channel.send`, which waits while the host is not reading;
-small control frames (responses, STDIN_ACK) use :meth:`Channel.send_nowait` so the request loop never blocks.
+Producers of bulk data (stdout, stderr, DATA) use :meth:`Channel.send`, which waits while the host is not reading
+(stdout and stderr have waited for the host's OUTPUT_ACK credit before that: see ``execs``); small control frames
+(responses, STDIN_ACK) use :meth:`Channel.send_nowait` so the request loop never blocks.
 """
 
 from __future__ import annotations

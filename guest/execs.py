@@ -5,6 +5,13 @@ Lifecycle: ``start`` spawns synchronously (so the ``exec`` RESPONSE with the pid
 timeout, and waits for the reaper to hand over the exit status. After the process is gone it waits at most
 ``drain_s`` for both pipes to reach EOF (a background grandchild may hold them open forever), then sends EXIT.
 
+Output: the guest may have at most ``OUTPUT_WINDOW`` bytes of stdout and stderr together sent and not acknowledged
+by the host's OUTPUT_ACK. A pump reads at most what the window allows and waits for credit before it reads its
+pipe again, so a process whose output nobody reads blocks on its pipe, as under a slow terminal, while the channel
+stays free for everything else. The bytes that were in the pipes when the process ended are owed to the host and
+sent whatever the drain, as credit comes (the host either reads them or, its reader gone, gives the credit back
+at once); the drain only bounds how long a background writer can delay EXIT.
+
 Stdin: the guest holds at most ``STDIN_WINDOW`` bytes the host sent and the process has not read. Every write to
 the pipe (or drop, once the pipe is broken) is acknowledged with STDIN_ACK, which reopens the host's window.
 Stdin never blocks the request loop, so ``signal`` and timeouts work on a process that never reads it.
@@ -20,14 +27,18 @@ from __future__ import annotations
 
 import asyncio
 import errno
+import fcntl
 import os
 import signal
+import struct
 import subprocess
+import termios
 from typing import Any
 
 from . import protocol, ptys, tasks
+from .boot import JobUser
 from .channel import Channel, ChannelClosed
-from .protocol import ProtocolError, StdinWindow
+from .protocol import OutputWindow, ProtocolError, StdinWindow
 from .reaper import Reaper
 
 STDIN_WRITE = 64 * 1024
@@ -50,10 +61,19 @@ def _close(fd: int | None) -> None:
             pass
 
 
+def _bytes_waiting(fd: int) -> int:
+    """Bytes that can be read from a pipe or a pty master now (FIONREAD); 0 when it cannot tell."""
+    try:
+        return struct.unpack("i", fcntl.ioctl(fd, termios.FIONREAD, b"\0\0\0\0"))[0]
+    except OSError:
+        return 0
+
+
 class Exec:
     def __init__(self, ident: int, request: dict[str, Any], *, env: dict[str, str], timeout_ms: int,
-                 channel: Channel, reaper: Reaper, drain_s: float) -> None:
+                 channel: Channel, reaper: Reaper, drain_s: float, job: JobUser | None = None) -> None:
         self.ident = ident
+        self.job = job
         self.request = request
         self.env = env
         self.timeout_ms = timeout_ms
@@ -62,6 +82,7 @@ class Exec:
         self.drain_s = drain_s
         self.pid = 0
         self.window = StdinWindow()
+        self.output_window = OutputWindow()  # stdout and stderr together
         self.timed_out = False
         self.leader_gone = False
         self._status: asyncio.Future[int] | None = None
@@ -76,6 +97,8 @@ class Exec:
         self._tasks = tasks.TaskSet()
         self._stop_reading = False
         self._idle: dict[asyncio.Task[Any] | None, bool] = {}
+        self._output_wake = asyncio.Event()  # set on OUTPUT_ACK credit and when the drain ends
+        self._owed: dict[int, int] = {}  # fd -> bytes still to send of what was in it when the process ended
 
     # -- start ------------------------------------------------------------------------------------------------
 
@@ -85,6 +108,8 @@ class Exec:
 
     def _popen(self, fds: list[int], **kwargs: Any) -> subprocess.Popen[bytes]:
         """Popen the request's argv; on failure close ``fds`` and raise :class:`StartError`."""
+        if self.job is not None:  # the job user, never the guest's uid: see capabilities.py
+            kwargs.update(user=self.job.uid, group=self.job.gid, extra_groups=[])
         try:
             return subprocess.Popen(  # noqa: S603 - argv comes from the host, which decided it
                 self.request["argv"], cwd=self.request["cwd"], close_fds=True, restore_signals=True, **kwargs)
@@ -135,6 +160,8 @@ class Exec:
             master, slave = ptys.open_pty(self.request["rows"], self.request["cols"])
             fds += [master, slave]
             fds += [os.dup(master), os.dup(master)]  # the output pump's and the stdin writer's own descriptors
+            if self.job is not None:  # the job's own terminal, as a login would hand it over
+                os.fchown(slave, self.job.uid, self.job.gid)
         except OSError as exc:
             for fd in fds:
                 _close(fd)
@@ -169,6 +196,14 @@ class Exec:
             raise ProtocolError(f"second STDIN_EOF for exec {self.ident}")
         self._stdin_eof = True
         self._stdin_wake.set()
+
+    def give_output_credit(self, count: int) -> None:
+        """OUTPUT_ACK: the host has taken ``count`` output bytes (an ack beyond what was sent is a ProtocolError)."""
+        try:
+            self.output_window.give_back(count)
+        except ProtocolError as exc:
+            raise ProtocolError(f"OUTPUT_ACK for exec {self.ident}: {exc}") from None
+        self._output_wake.set()
 
     def signal(self, signum: int) -> None:
         """Signal the process group (raises ProcessLookupError when it is gone); on a pty, the foreground group."""
@@ -221,11 +256,17 @@ class Exec:
             if timer is not None:
                 timer.cancel()
         self.leader_gone = True
+        # What is in the pipes now was written before the end: it is owed, however long credit takes.
+        # (a pump that has ended has closed its descriptor, whose number may already be another file's)
+        self._owed = {fd: _bytes_waiting(fd) for pump, fd in zip(pumps, self._out_fds, strict=True)
+                      if not pump.done()}
         await asyncio.wait(pumps, timeout=self.drain_s)
-        # Drain over: read no more; a pump in the middle of sending finishes that frame, an idle one stops now.
+        # Drain over: read no more than is owed; a pump in the middle of sending finishes that frame, a pump
+        # waiting for its pipe stops now, and one waiting for credit stops once its owed bytes are sent.
         self._stop_reading = True
-        for pump in pumps:
-            if self._idle.get(pump):
+        self._output_wake.set()
+        for pump, fd in zip(pumps, self._out_fds, strict=True):
+            if self._idle.get(pump) and not self._owed.get(fd):
                 pump.cancel()
         await asyncio.gather(*pumps, return_exceptions=True)
         await self._tasks.cancel_all()
@@ -251,21 +292,36 @@ class Exec:
         self.timed_out = True
         self.kill()
 
+    def _may_read(self, fd: int) -> bool:
+        return not self._stop_reading or self._owed.get(fd, 0) > 0
+
     async def _pump(self, fd: int, ftype: int) -> None:
         me = asyncio.current_task()
         try:
-            while not self._stop_reading:
+            while self._may_read(fd):
+                if self.output_window.available == 0:  # the host has not taken what we sent: wait for credit
+                    self._output_wake.clear()
+                    await self._output_wake.wait()
+                    continue
                 self._idle[me] = True
                 await tasks.readable(fd)
                 self._idle[me] = False
+                size = min(protocol.MAX_OUTPUT_CHUNK, self.output_window.available)
+                if self._stop_reading:
+                    size = min(size, self._owed.get(fd, 0))
+                if size == 0:  # the other pump took the credit meanwhile, or the drain ended
+                    continue
                 try:
-                    data = os.read(fd, protocol.MAX_OUTPUT_CHUNK)
+                    data = os.read(fd, size)
                 except BlockingIOError:
                     continue
                 except OSError:
                     return
                 if not data:
                     return
+                self.output_window.take(len(data))
+                if fd in self._owed:
+                    self._owed[fd] = max(0, self._owed[fd] - len(data))
                 await self.channel.send(protocol.encode_id_frame(ftype, self.ident, data))
         except ChannelClosed:
             return

@@ -26,6 +26,7 @@ from tkbox_daemon.box.launch import parse_reported_pid
 from tkbox_daemon.box.layout import Bind, BoxSources, Special, Symlink, Tmpfs
 
 UID = 100_777
+JOB_UID = 100_778
 
 
 @pytest.fixture
@@ -34,19 +35,21 @@ def spec_dirs(tmp_path):
     for name in ("base", "upper", "work", "state", "guest"):
         (tmp_path / name).mkdir(mode=0o755)
     for name in ("base", "upper", "work"):
-        os.chown(tmp_path / name, UID, UID)
+        os.chown(tmp_path / name, JOB_UID, JOB_UID)
     (tmp_path / "etc").mkdir(mode=0o755)
     agent = socket.socket(socket.AF_UNIX)
     agent.bind(str(tmp_path / "agent.sock"))
     yield BoxSpec(box_id="unit-1", state_dir=tmp_path / "state", base_dir=tmp_path / "base",
                   upper_dir=tmp_path / "upper", work_dir=tmp_path / "work", etc_dir=tmp_path / "etc",
-                  box_uid=UID, channels={"agent": tmp_path / "agent.sock"}, guest_dir=tmp_path / "guest")
+                  box_uid=UID, job_uid=JOB_UID, channels={"agent": tmp_path / "agent.sock"},
+                  guest_dir=tmp_path / "guest")
     agent.close()
 
 
 def _spec(tmp_path: Path, **changes) -> BoxSpec:
     fields = {"box_id": "b1", "state_dir": tmp_path, "base_dir": tmp_path / "b", "upper_dir": tmp_path / "u",
-              "work_dir": tmp_path / "w", "etc_dir": tmp_path / "e", "box_uid": UID}
+              "work_dir": tmp_path / "w", "etc_dir": tmp_path / "e", "box_uid": UID,
+              "job_uid": JOB_UID}
     fields.update(changes)
     return BoxSpec(**fields)
 
@@ -118,14 +121,24 @@ def test_bwrap_argv_is_hardened_and_never_binds_the_host_root(spec_dirs):
     sources = BoxSources.open(spec_dirs)
     try:
         argv = bwrap_argv("/usr/bin/bwrap", spec_dirs, sources.plan(), workspace_fd=90, seccomp_fd=91,
-                          status_fd=92, argv=["/usr/bin/python3", "-I"])
+                          status_fd=92, userns_fd=93, argv=["/usr/bin/python3", "-I"])
     finally:
         sources.close()
-    for flag in ("--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1"):
+    for flag in ("--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+                 "--die-with-parent", "--new-session", "--as-pid-1"):
         assert flag in argv
+    assert "--unshare-user" not in argv and "--unshare-all" not in argv  # the user namespace is ours: --userns
+    assert argv[argv.index("--userns") + 1] == "93"
+    # every capability dropped, then exactly the guest's added back (the guest cuts its bounding set at boot)
     assert argv[argv.index("--cap-drop") + 1] == "ALL"
+    added = [argv[i + 1] for i, flag in enumerate(argv) if flag == "--cap-add"]
+    assert sorted(added) == ["CAP_CHOWN", "CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETGID", "CAP_SETPCAP",
+                             "CAP_SETUID"]
+    assert argv.index("--cap-drop") < min(i for i, flag in enumerate(argv) if flag == "--cap-add")
     assert argv[argv.index("--seccomp") + 1] == "91" and argv[argv.index("--json-status-fd") + 1] == "92"
-    assert argv[argv.index("--uid") + 1] == "1000" and "--share-net" not in argv
+    assert argv[argv.index("--uid") + 1] == "0" and "--share-net" not in argv  # the guest is the box's root
+    # parents of mount points are made 0755 first (bwrap's own would be 0700 and keep the job user out)
+    assert argv[argv.index("/home") - 2:argv.index("/home")] == ["0755", "--dir"]
     pairs = list(zip(argv, argv[1:], strict=False))
     assert ("--bind-fd", "90") in pairs and argv[argv.index("90") + 1] == "/workspace"
     assert ("--remount-ro", "/") in pairs
@@ -137,7 +150,7 @@ def test_host_paths_are_checked_and_symlinks_refused(spec_dirs, tmp_path):
     os.chown(spec_dirs.upper_dir, 0, 0)
     with pytest.raises(BoxStartError, match="upper_dir .* owned by uid 0"):
         BoxSources.open(spec_dirs)
-    os.chown(spec_dirs.upper_dir, UID, UID)
+    os.chown(spec_dirs.upper_dir, JOB_UID, JOB_UID)
     os.chmod(spec_dirs.etc_dir, 0o777)
     with pytest.raises(BoxStartError, match="writable by group or others"):
         BoxSources.open(spec_dirs)

@@ -25,7 +25,8 @@ async def test_create_exec_and_see_the_events(tmp_path):
         assert info.state == "running" and info.run_id and info.recorded
         result = await run_exec(client, "t1", ["echo", "hello box"], cwd=HOST_CWD)
         assert result["stdout"] == b"hello box\n"
-        assert result["end"] == {"type": "exit", "exit_code": 0, "signal": None, "timed_out": False}
+        assert result["end"] == {"type": "exit", "exit_code": 0, "signal": None, "timed_out": False,
+                                 "reported_by": "guest"}
         decision = result["messages"][0]
         assert decision["type"] == "decision" and decision["command"] == "echo 'hello box'"
         kinds = [event.kind for event in await client.stored_events(box="t1")]

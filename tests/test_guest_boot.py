@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tkbox_guest import agent, protocol
-from tkbox_guest.boot import MAX_BOOT_BYTES, BootConfig, BootError, read_boot_config
+from tkbox_guest.boot import MAX_BOOT_BYTES, BootConfig, BootError, JobUser, read_boot_config
 
 ROOT = Path(__file__).resolve().parents[1]
 CONFIG = {"box_id": "b", "env": {"PATH": "/usr/bin"}, "workspace": "/workspace", "agent_socket": "/run/a.sock",
@@ -56,8 +56,20 @@ def test_a_valid_config_is_read(boot_socket):
                                 base_dir="/run/tkbox/base", upper_dir="/run/tkbox/upper")
 
 
+def test_the_job_user_is_read(boot_socket):
+    path, payload = boot_socket
+    payload[0] = json.dumps({**CONFIG, "job": {"uid": 1000, "gid": 1000, "home": "/home/box"}}).encode()
+    assert read_boot_config(path).job == JobUser(uid=1000, gid=1000, home="/home/box")
+
+
 @pytest.mark.parametrize(("payload", "message"), [
     (b"", "invalid boot config"),
+    (json.dumps({**CONFIG, "job": {"uid": 0, "gid": 1000, "home": "/h"}}).encode(), "uid"),  # never as root
+    (json.dumps({**CONFIG, "job": {"uid": 1000, "gid": 0, "home": "/h"}}).encode(), "gid"),
+    (json.dumps({**CONFIG, "job": {"uid": 1000, "gid": 1000, "home": "h"}}).encode(), "absolute"),
+    (json.dumps({**CONFIG, "job": {"uid": 1000, "gid": 1000}}).encode(), "missing"),
+    (json.dumps({**CONFIG, "job": {"uid": 1000, "gid": 1000, "home": "/h", "caps": 1}}).encode(), "unknown"),
+    (json.dumps({**CONFIG, "job": [1000]}).encode(), "job must be an object"),
     (b'{"box_id":"b"}', "missing"),
     (json.dumps({**CONFIG, "extra": 1}).encode(), "unknown keys"),
     (b" " * (MAX_BOOT_BYTES + 1), "exceeds"),

@@ -50,11 +50,15 @@ def test_guest_modules_load_only_the_standard_library(module):
     assert not outside, f"{module} loads non-stdlib modules: {sorted(outside)}"
 
 
+# What the daemon shares with the guest: the wire codec, and the patch code the host runs over the box's layers.
+SHARED_GUEST_PARTS = [["tkbox_guest", part] for part in ("protocol", "diff", "gitpatch", "layers")]
+
+
 @pytest.mark.parametrize("module", [m for m in DAEMON_MODULES if not m.endswith("__main__")])
 def test_daemon_modules_never_load_textual_or_the_console(module):
     loaded = _loaded_after_import(module)
     forbidden = {name for name in loaded if name.split(".")[0] in {"textual", "tkbox_tui", "tkbox_guest"}}
-    forbidden = {name for name in forbidden if name != "tkbox_guest" and name.split(".")[:2] != ["tkbox_guest", "protocol"]}  # the wire codec both sides share
+    forbidden = {name for name in forbidden if name != "tkbox_guest" and name.split(".")[:2] not in SHARED_GUEST_PARTS}
     assert not forbidden, f"{module} loads {sorted(forbidden)}"
 
 

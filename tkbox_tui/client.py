@@ -97,6 +97,13 @@ class DaemonClient:
     async def diff(self, ref: str) -> dict[str, Any]:
         return await self._request("GET", f"/boxes/{ref}/diff", params={"format": "json"})
 
+    async def diff_patch(self, ref: str) -> bytes:
+        """The box's patch byte for byte (``diff`` gives it as JSON, with bytes that are not UTF-8 replaced)."""
+        reply = await self._request("GET", f"/boxes/{ref}/diff")
+        if not isinstance(reply, tuple):
+            raise DaemonError("http_error", "the daemon answered the patch request with JSON, not a patch")
+        return reply[0]
+
     async def stored_events(self, after: int = 0, box: str | None = None) -> list[Event]:
         params = {"after": str(after), "follow": "0", **({"box": box} if box else {})}
         reply = await self._request("GET", "/events", params=params)

@@ -30,6 +30,7 @@ from aiohttp import WSMsgType, web
 from .. import strictjson
 from ..boxes.box import BoxOperationError
 from ..boxes.exec_session import ExecDenied, ExecStart
+from ..boxes.guest_link import GuestFailure
 from ..doors.commands import ExecRefused
 from ..tasks import spawn
 from .errors import ApiError
@@ -131,6 +132,9 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
     except BoxOperationError as error:
         with contextlib.suppress(ConnectionResetError):
             await socket.send_json({"type": "error", "code": error.code, "message": str(error)})
+    except GuestFailure as error:  # the box's guest failed mid-request: the box is failing, say why
+        with contextlib.suppress(ConnectionResetError):
+            await socket.send_json({"type": "error", "code": "guest_failed", "message": str(error)})
     except (TimeoutError, ConnectionResetError):
         pass
     finally:

@@ -18,7 +18,19 @@ from typing import ClassVar
 
 from tkbox_daemon.box.uids import FIRST_BOX_UID
 
-BOX_GUEST_UID = 1000  # the job's uid inside the box ("box" in the generated /etc/passwd); host uid is box_uid
+# Two users in every box, each mapped to its own host uid, so that nothing a job runs can reach the guest agent:
+# the guest (PID 1) is in-box root, mapped to host ``box_uid``, holding only the capabilities below in the box's
+# user namespace; every job runs as in-box uid 1000 ("box"), mapped to host ``job_uid``, with no capability at all.
+# A job therefore cannot ptrace, pidfd_getfd, read /proc/1/mem of, or signal the guest (different uid, no
+# CAP_SYS_PTRACE or CAP_KILL), nor connect to its channel sockets (owned by the guest's uid, mode 0600).
+BOX_AGENT_UID = 0
+BOX_JOB_UID = 1000
+# The guest's capabilities, in its user namespace only: start execs as the job user (setuid, setgid), signal
+# their groups (kill), hand the job its home and terminals (chown), read the workspace for the host (dac read).
+# setpcap lets the guest empty the bounding set at boot; it then drops setpcap itself (guest/capabilities.py).
+AGENT_CAPABILITIES = ("CAP_CHOWN", "CAP_DAC_READ_SEARCH", "CAP_KILL", "CAP_SETGID", "CAP_SETUID", "CAP_SETPCAP")
+CAPABILITY_NUMBERS = {"CAP_CHOWN": 0, "CAP_DAC_READ_SEARCH": 2, "CAP_KILL": 5, "CAP_SETGID": 6, "CAP_SETUID": 7,
+                      "CAP_SETPCAP": 8}
 BOX_HOME = "/home/box"
 CHANNEL_DIR = "/run/tkbox"  # channel sockets, the guest code and views of the workspace layers
 WORKSPACE_DIR = "/workspace"
@@ -75,8 +87,9 @@ class BoxLimits:
 class BoxSpec:
     """Everything a backend needs to start one box. Host paths are absolute and owned by the daemon.
 
-    ``base_dir`` (the overlay's lower dir, built by ``workspace.build_base`` and owned by ``box_uid``),
-    ``upper_dir`` and ``work_dir`` (empty, owned by ``box_uid``, same filesystem) make ``/workspace``;
+    ``box_uid`` is the guest's host uid (in-box root), ``job_uid`` the jobs' (in-box 1000); they differ.
+    ``base_dir`` (the overlay's lower dir, built by ``workspace.build_base`` and owned by ``job_uid``),
+    ``upper_dir`` and ``work_dir`` (empty, owned by ``job_uid``, same filesystem) make ``/workspace``;
     ``etc_dir`` (from ``etcgen.generate_etc``) becomes ``/etc``; each channel ``name -> host socket path``
     appears as ``/run/tkbox/<name>.sock``; ``guest_dir`` as ``/run/tkbox/guest``; ``image_root`` None means
     the host's ``/usr``. ``state_dir`` holds ``box.log`` and the backend's mount points.
@@ -89,6 +102,7 @@ class BoxSpec:
     work_dir: Path
     etc_dir: Path
     box_uid: int
+    job_uid: int
     channels: Mapping[str, Path] = field(default_factory=dict)
     guest_dir: Path | None = None
     image_root: Path | None = None
@@ -104,6 +118,10 @@ class BoxSpec:
             raise ValueError(f"invalid box id {self.box_id!r}")
         if isinstance(self.box_uid, bool) or not isinstance(self.box_uid, int) or self.box_uid < FIRST_BOX_UID:
             raise ValueError(f"box_uid must be a host uid >= {FIRST_BOX_UID} (never root), not {self.box_uid!r}")
+        if isinstance(self.job_uid, bool) or not isinstance(self.job_uid, int) or self.job_uid < FIRST_BOX_UID:
+            raise ValueError(f"job_uid must be a host uid >= {FIRST_BOX_UID} (never root), not {self.job_uid!r}")
+        if self.job_uid == self.box_uid:
+            raise ValueError("job_uid must differ from box_uid: a job must never share the guest's host uid")
         for name in ("state_dir", "base_dir", "upper_dir", "work_dir", "etc_dir", "guest_dir", "image_root"):
             value = getattr(self, name)
             if value is None:

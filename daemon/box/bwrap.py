@@ -2,9 +2,10 @@
 
 The launcher L the daemon forks (root) enters a private mount namespace and mounts the workspace overlay there
 (bwrap 0.8 has no overlay options; the mount vanishes with that namespace and never appears in the host's).
-It then forks a child that drops to host uid U with no groups and no capabilities and execs bwrap. bwrap (not
-setuid) creates a user namespace mapping in-box uid 1000 to U, plus new pid, net, ipc, uts and cgroup
-namespaces, and builds the minimal root from the plan in ``layout.py`` using the fds L opened (``--bind-fd``),
+It makes the box's user namespace (``userns.py``: in-box root is host uid U, the guest's; in-box 1000 is host
+uid J, the jobs'), then forks a child that drops to U with no groups and no capabilities and execs bwrap. bwrap
+(not setuid) enters that namespace (``--userns``; U owns it), keeps only the guest's capabilities there, and
+creates new pid, net, ipc, uts and cgroup namespaces, and builds the minimal root from the plan in ``layout.py`` using the fds L opened (``--bind-fd``),
 so no host path is looked up again. ``--as-pid-1`` makes our argv PID 1; ``--json-status-fd`` tells L its host
 pid. L stays as the box's guard (``launch.OrphanGuard``): bwrap's child arms its death signal only just before
 its exec, so without L a daemon dying during bwrap's setup could leave a running, orphaned box.
@@ -16,10 +17,12 @@ import json
 import os
 import shutil
 import signal
+from pathlib import PurePosixPath
 
 from tkbox_daemon.box import launch, seccomp
 from tkbox_daemon.box.backend import (
-    BOX_GUEST_UID,
+    AGENT_CAPABILITIES,
+    BOX_AGENT_UID,
     BOX_OOM_SCORE_ADJ,
     BoxBackend,
     BoxError,
@@ -41,17 +44,33 @@ from tkbox_daemon.box.syscalls import (
     unshare,
     write_proc_file,
 )
+from tkbox_daemon.box.userns import create_user_namespace
 
-BWRAP_FIXED_OPTIONS = ("--unshare-all", "--die-with-parent", "--new-session", "--as-pid-1", "--cap-drop", "ALL")
+BWRAP_FIXED_OPTIONS = (
+    "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
+    "--die-with-parent", "--new-session", "--as-pid-1",
+    "--cap-drop", "ALL", *(option for cap in AGENT_CAPABILITIES for option in ("--cap-add", cap)),
+)
 
 
 def render_plan(plan: list[Step], *, workspace_fd: int) -> list[str]:
-    """The layout plan as bwrap options."""
+    """The layout plan as bwrap options.
+
+    Directories bwrap would make on its own as parents of a mount point come out 0700 and owned by the guest,
+    which would keep the job user out of ``/home`` and ``/run/tkbox``; each such parent is made first, 0755.
+    """
     args: list[str] = []
+    made: set[str] = {"/"}
     for step in plan:
+        parents = [str(parent) for parent in reversed(PurePosixPath(step.dest).parents)]
+        for parent in parents:
+            if parent not in made:
+                args += ["--perms", "0755", "--dir", parent]
+                made.add(parent)
+        made.add(step.dest)
         if isinstance(step, Bind):
             args += ["--ro-bind-fd" if step.readonly else "--bind-fd", str(step.fd), step.dest]
-        elif isinstance(step, Tmpfs):  # bwrap's tmpfs belongs to the sandbox uid (1000 inside, U outside)
+        elif isinstance(step, Tmpfs):  # bwrap's tmpfs belongs to the guest (in-box 0); the guest hands "job" ones over
             args += ["--perms", f"{step.mode:04o}", "--tmpfs", step.dest]
         elif isinstance(step, Symlink):
             args += ["--symlink", step.target, step.dest]
@@ -65,11 +84,11 @@ def render_plan(plan: list[Step], *, workspace_fd: int) -> list[str]:
 
 
 def bwrap_argv(bwrap: str, spec: BoxSpec, plan: list[Step], *, workspace_fd: int, seccomp_fd: int,
-               status_fd: int, argv: list[str]) -> list[str]:
+               status_fd: int, userns_fd: int, argv: list[str]) -> list[str]:
     """The complete bwrap command line for one box."""
     return [
-        bwrap, *BWRAP_FIXED_OPTIONS,
-        "--uid", str(BOX_GUEST_UID), "--gid", str(BOX_GUEST_UID), "--hostname", spec.hostname,
+        bwrap, *BWRAP_FIXED_OPTIONS, "--userns", str(userns_fd),
+        "--uid", str(BOX_AGENT_UID), "--gid", str(BOX_AGENT_UID), "--hostname", spec.hostname,
         "--json-status-fd", str(status_fd),
         *render_plan(plan, workspace_fd=workspace_fd),
         "--remount-ro", "/",
@@ -124,6 +143,7 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     (its death signal is SIGTERM, handled, not SIGKILL).
     """
     launch.child_prologue(daemon_pid=ctx.daemon_pid, log_fd=ctx.log_fd)
+    userns_fd = create_user_namespace(ctx.spec)  # before any thread: it forks
     joining = launch.BackgroundJoin(ctx.cgroup_procs, os.getpid())  # bwrap and the box inherit our cgroups
     launch.lower_own_oom_score()
     set_child_subreaper()
@@ -142,7 +162,7 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     if bwrap_pid == 0:
         try:
             os.close(json_r)
-            _exec_bwrap(ctx, bwrap, sources, workspace_fd, seccomp_fd, json_w)
+            _exec_bwrap(ctx, bwrap, sources, workspace_fd, seccomp_fd, userns_fd, json_w)
         except BaseException as error:  # noqa: B902 - must end in _exit
             launch.report_error(ctx.status_fd, f"{type(error).__name__}: {error}")
         finally:
@@ -162,18 +182,19 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
 
 
 def _exec_bwrap(ctx: launch.LaunchContext, bwrap: str, sources: BoxSources, workspace_fd: int,
-                seccomp_fd: int, status_fd: int) -> None:
+                seccomp_fd: int, userns_fd: int, status_fd: int) -> None:
     """The child that becomes bwrap: box OOM score, uid U with no groups, death signal, only bwrap's fds."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the guard's handler is L's, not ours
     spec = ctx.spec
     plan = sources.plan()
     # Only fds bwrap consumes (and closes) may pass: any other host-directory fd would reach the box, and
     # openat() relative to it would walk the host's filesystem.
-    passed = [*(step.fd for step in plan if isinstance(step, Bind)), workspace_fd, seccomp_fd, status_fd]
+    passed = [*(step.fd for step in plan if isinstance(step, Bind)), workspace_fd, seccomp_fd, userns_fd,
+              status_fd]
     for fd in passed:
         os.set_inheritable(fd, True)
     args = bwrap_argv(bwrap, spec, plan, workspace_fd=workspace_fd, seccomp_fd=seccomp_fd, status_fd=status_fd,
-                      argv=ctx.argv)
+                      userns_fd=userns_fd, argv=ctx.argv)
     write_proc_file("/proc/self/oom_score_adj", str(BOX_OOM_SCORE_ADJ))  # bwrap and the box inherit it
     launcher = os.getppid()
     uid = spec.box_uid

@@ -12,7 +12,7 @@ import os
 import stat
 from pathlib import Path
 
-from tkbox_daemon.box.backend import BOX_GUEST_UID, BOX_HOME
+from tkbox_daemon.box.backend import BOX_HOME, BOX_JOB_UID
 
 HOST_CA_BUNDLE = Path("/etc/ssl/certs/ca-certificates.crt")
 HOST_LD_CACHE = Path("/etc/ld.so.cache")
@@ -26,7 +26,7 @@ def etc_files(hostname: str = "box") -> dict[str, str]:
     """The generated text files, by path relative to ``/etc``."""
     if not hostname or len(hostname) > 63 or not all(c.isalnum() or c == "-" for c in hostname):
         raise ValueError(f"invalid box hostname {hostname!r}")
-    uid = BOX_GUEST_UID
+    uid = BOX_JOB_UID
     return {
         "passwd": (
             "root:x:0:0:root:/root:/usr/sbin/nologin\n"

@@ -31,10 +31,12 @@ class Bind:
 
 @dataclass(frozen=True)
 class Tmpfs:
-    """A fresh tmpfs owned by the box uid (as bwrap makes them), vanishing with the box."""
+    """A fresh tmpfs, vanishing with the box. ``owner`` "agent": the guest's uid owns it (as bwrap makes them);
+    "job": the job user's (the ns launcher mounts it so; under bwrap the guest hands it over at boot)."""
 
     dest: str
     mode: int
+    owner: str = "agent"
 
 
 @dataclass(frozen=True)
@@ -89,16 +91,17 @@ class BoxSources:
 
     def _open_all(self) -> None:
         spec = self.spec
-        uid = spec.box_uid
-        self._keep("base", spec.base_dir, _open_dir(spec.base_dir, "base_dir", owner=uid))
-        self._keep("upper", spec.upper_dir, _open_dir(spec.upper_dir, "upper_dir", owner=uid))
-        self._keep("work", spec.work_dir, _open_dir(spec.work_dir, "work_dir", owner=uid))
+        uid, job_uid = spec.box_uid, spec.job_uid
+        self._keep("base", spec.base_dir, _open_dir(spec.base_dir, "base_dir", owner=job_uid))
+        self._keep("upper", spec.upper_dir, _open_dir(spec.upper_dir, "upper_dir", owner=job_uid))
+        self._keep("work", spec.work_dir, _open_dir(spec.work_dir, "work_dir", owner=job_uid))
         if os.fstat(self.fd("upper")).st_dev != os.fstat(self.fd("work")).st_dev:
             raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
         self._keep("etc", spec.etc_dir,
                    _open_dir(spec.etc_dir, "etc_dir", owner=os.geteuid(), not_writable_by_others=True))
         if spec.guest_dir is not None:
-            self._keep("guest", spec.guest_dir, _open_dir(spec.guest_dir, "guest_dir", not_owned_by=uid))
+            self._keep("guest", spec.guest_dir,
+                       _open_dir(spec.guest_dir, "guest_dir", not_owned_by=(uid, job_uid)))
         root = str(spec.image_root or "").rstrip("/")
         root_fd = _open_dir(root or "/", "image root")
         try:
@@ -173,7 +176,7 @@ class BoxSources:
             Tmpfs("/tmp", 0o1777),
             Tmpfs("/var/tmp", 0o1777),
             Tmpfs("/run", 0o755),
-            Tmpfs(BOX_HOME, 0o700),
+            Tmpfs(BOX_HOME, 0o700, owner="job"),
             Special("/proc", "proc"),
             Special("/dev", "dev"),
             Special(WORKSPACE_DIR, "workspace"),
@@ -187,7 +190,7 @@ class BoxSources:
         return steps
 
 
-def _open_dir(path: object, what: str, *, owner: int | None = None, not_owned_by: int | None = None,
+def _open_dir(path: object, what: str, *, owner: int | None = None, not_owned_by: tuple[int, ...] = (),
               not_writable_by_others: bool = False) -> int:
     try:
         fd = os.open(os.fspath(path), _O_PATH_DIR)  # type: ignore[arg-type]
@@ -197,8 +200,8 @@ def _open_dir(path: object, what: str, *, owner: int | None = None, not_owned_by
     problem = None
     if owner is not None and info.st_uid != owner:
         problem = f"owned by uid {info.st_uid}, expected {owner}"
-    elif not_owned_by is not None and info.st_uid == not_owned_by:
-        problem = "owned by the box uid: the box could change it"
+    elif info.st_uid in not_owned_by:
+        problem = "owned by a box uid: the box could change it"
     elif not_writable_by_others and info.st_mode & 0o022:
         problem = "writable by group or others"
     if problem:
@@ -215,7 +218,8 @@ def _open_dir_at(dir_fd: int, name: str, shown: str) -> int:
 
 
 def _open_socket(path: object, name: str, box_uid: int) -> int:
-    """Open a channel socket without following links and hand it to the box uid (owner, mode 0600)."""
+    """Open a channel socket without following links and hand it to the guest's uid (owner, mode 0600): a job,
+    running under another uid, cannot connect to it."""
     try:
         fd = os.open(os.fspath(path), os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC)  # type: ignore[arg-type]
     except OSError as error:

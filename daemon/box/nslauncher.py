@@ -12,9 +12,11 @@ Two processes, both forked (no helper program):
   race: S's death closes the pipe), its own mount namespace, a tmpfs root filled from the plan in
   ``layout.py`` (proc mounted before the pivot), hostname, ``lo`` up, ``pivot_root``, root remounted
   read-only, every host fd closed, S's word that it is in the box's cgroups, a cgroup namespace rooted
-  there, host uid U with no groups, a user namespace mapping in-box uid 1000 to U
-  (so the box looks the same as under bwrap) with its bounding set emptied, the death signal re-armed (the
-  uid change cleared it) and the lifeline checked again, no_new_privs, the seccomp filter, and the exec.
+  there, host uid U (the guest's) with no groups, a new user namespace whose two-entry map S writes (in-box
+  root to U, in-box 1000 to J, the jobs' host uid: ``userns.py``; as under bwrap), its bounding set cut to the
+  guest's capabilities, the death signal re-armed (the uid change cleared it) and the lifeline checked again,
+  no_new_privs, the seccomp filter, and the exec (as in-box root, so the guest holds exactly those
+  capabilities of its namespace; ``guest/capabilities.py`` then empties the bounding set).
 
 Mounting happens as real root, so the namespaces belong to the host's user namespace: the box, once it is uid
 U without capabilities, has no power over any of them. Errors before the exec go to the daemon through the
@@ -30,8 +32,9 @@ import stat
 
 from tkbox_daemon.box import launch, seccomp
 from tkbox_daemon.box.backend import (
-    BOX_GUEST_UID,
+    AGENT_CAPABILITIES,
     BOX_OOM_SCORE_ADJ,
+    CAPABILITY_NUMBERS,
     BoxBackend,
     BoxSpec,
 )
@@ -70,6 +73,7 @@ from tkbox_daemon.box.syscalls import (
     unshare,
     write_proc_file,
 )
+from tkbox_daemon.box.userns import write_id_maps
 
 SUPERVISOR_NAMESPACES = CLONE_NEWPID | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS  # PID 1 adds cgroup
 DEV_NODES = ("null", "zero", "full", "random", "urandom", "tty")
@@ -96,22 +100,30 @@ def _supervisor(ctx: launch.LaunchContext) -> None:
     set_child_subreaper()
     unshare(SUPERVISOR_NAMESPACES)
     # lifeline: PID 1 checks S is alive after arming its death signal; go: S has moved PID 1 into its cgroups
+    # userns: PID 1 says it has made its user namespace; S writes the maps and says so on go
     lifeline_r, lifeline_w = os.pipe2(os.O_CLOEXEC)
     go_r, go_w = os.pipe2(os.O_CLOEXEC)
+    userns_r, userns_w = os.pipe2(os.O_CLOEXEC)
     guard = launch.OrphanGuard(ctx)
     pid = os.fork()
     if pid == 0:
         os.close(lifeline_w)
         os.close(go_w)
+        os.close(userns_r)
         try:
-            _pid1(ctx, lifeline_r, go_r)
+            _pid1(ctx, lifeline_r, go_r, userns_w)
         except BaseException as error:  # noqa: B902 - must end in _exit
             launch.report_error(ctx.status_fd, f"{type(error).__name__}: {error}")
         finally:
             os._exit(127)
     os.close(go_r)
+    os.close(userns_w)
     launch.join_cgroups(ctx.cgroup_procs, pid)  # while PID 1 builds its root: the grace period overlaps
     os.write(go_w, b"1")
+    if os.read(userns_r, 1) == b"1":  # else PID 1 failed before (its error is on the status pipe)
+        write_id_maps(pid, ctx.spec)
+        os.write(go_w, b"2")
+    os.close(userns_r)
     guard.watch(pid, pid, in_box_cgroups=False)
     os.write(ctx.status_fd, f"P{pid}\n".encode())
     close_fds_except({lifeline_w, *guard.fds()})
@@ -125,7 +137,7 @@ def _exit_if_orphaned(lifeline_r: int) -> None:
         os._exit(1)  # the supervisor is gone (its end of the pipe closed)
 
 
-def _pid1(ctx: launch.LaunchContext, lifeline_r: int, go_r: int) -> None:
+def _pid1(ctx: launch.LaunchContext, lifeline_r: int, go_r: int, userns_w: int) -> None:
     """PID 1 of the box: build the root, become uid U, lock down, exec."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)  # the guard's handler is S's, not ours
     spec = ctx.spec
@@ -138,7 +150,7 @@ def _pid1(ctx: launch.LaunchContext, lifeline_r: int, go_r: int) -> None:
     root = ctx.mountpoint
     mount("tmpfs", root, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=1m")
     for step in sources.plan():
-        _perform(root, step, sources, spec.box_uid)
+        _perform(root, step, sources, spec)
     sethostname(spec.hostname)
     bring_loopback_up()
     os.chdir(root)
@@ -146,21 +158,23 @@ def _pid1(ctx: launch.LaunchContext, lifeline_r: int, go_r: int) -> None:
     umount2(".", MNT_DETACH)
     os.chdir("/")
     mount(None, "/", None, MS_REMOUNT | MS_BIND | MS_RDONLY | MS_NOSUID | MS_NODEV)
-    close_fds_except({ctx.status_fd, lifeline_r, go_r})  # the host-path fds end here
+    close_fds_except({ctx.status_fd, lifeline_r, go_r, userns_w})  # the host-path fds end here
     if os.read(go_r, 1) != b"1":  # in the box's cgroups before anything of the job runs
         os._exit(1)
-    os.close(go_r)
     unshare(CLONE_NEWCGROUP)  # rooted at the box's own group
     uid = spec.box_uid
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
     set_dumpable()
-    unshare(CLONE_NEWUSER)  # uid U maps itself: in-box 1000 -> host U, nothing else mapped
-    write_proc_file("/proc/self/uid_map", f"{BOX_GUEST_UID} {uid} 1\n")
-    write_proc_file("/proc/self/setgroups", "deny")
-    write_proc_file("/proc/self/gid_map", f"{BOX_GUEST_UID} {uid} 1\n")
-    drop_bounding_set(ctx.last_cap)  # a new user namespace starts with a full bounding set: empty it
+    unshare(CLONE_NEWUSER)  # owned by U; S (root outside) writes the two-entry map
+    os.write(userns_w, b"1")
+    os.close(userns_w)
+    if os.read(go_r, 1) != b"2":
+        os._exit(1)
+    os.close(go_r)
+    # a new user namespace starts with a full bounding set: cut it down to the guest's capabilities
+    drop_bounding_set(ctx.last_cap, frozenset(CAPABILITY_NUMBERS[name] for name in AGENT_CAPABILITIES))
     set_parent_death_signal(signal.SIGKILL)  # the uid change cleared it
     _exit_if_orphaned(lifeline_r)
     os.close(lifeline_r)
@@ -170,7 +184,7 @@ def _pid1(ctx: launch.LaunchContext, lifeline_r: int, go_r: int) -> None:
     os.execve(ctx.argv[0], ctx.argv, spec.env)
 
 
-def _perform(root: str, step: Step, sources: BoxSources, uid: int) -> None:
+def _perform(root: str, step: Step, sources: BoxSources, spec: BoxSpec) -> None:
     """Make one mount of the plan under ``root`` (still the host's view: ``root`` is our tmpfs)."""
     target = root + step.dest
     if isinstance(step, Symlink):
@@ -183,12 +197,13 @@ def _perform(root: str, step: Step, sources: BoxSources, uid: int) -> None:
         bind(fd_path(step.fd), target, readonly=step.readonly)
     elif isinstance(step, Tmpfs):
         os.makedirs(target, 0o755, exist_ok=True)
+        uid = spec.job_uid if step.owner == "job" else spec.box_uid
         mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={step.mode:o},uid={uid},gid={uid}")
     elif isinstance(step, Special) and step.kind == "proc":
         os.makedirs(target, 0o755, exist_ok=True)
         mount("proc", target, "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
     elif isinstance(step, Special) and step.kind == "dev":
-        _make_dev(target, uid)
+        _make_dev(target, spec.box_uid)
     elif isinstance(step, Special) and step.kind == "workspace":
         os.makedirs(target, 0o755, exist_ok=True)
         mount("overlay", target, "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())

@@ -85,7 +85,7 @@ SYSCALL_NUMBERS: dict[str, int] = {
     "process_vm_writev": 311, "finit_module": 313, "kexec_file_load": 320, "bpf": 321, "userfaultfd": 323,
     "io_uring_setup": 425, "io_uring_enter": 426, "io_uring_register": 427, "open_tree": 428,
     "move_mount": 429, "fsopen": 430, "fsconfig": 431, "fsmount": 432, "fspick": 433, "mount_setattr": 442,
-    "quotactl_fd": 443, "open_tree_attr": 467,
+    "quotactl_fd": 443, "pidfd_getfd": 438, "open_tree_attr": 467,
 }
 
 # Refused outright with EPERM, whatever the arguments. Grouped by why (docs/box-isolation.md has the table).
@@ -93,8 +93,8 @@ DENIED_SYSCALLS: tuple[str, ...] = (
     # mounts and namespaces: the box's view of the world is fixed by the launcher
     "mount", "umount2", "pivot_root", "chroot", "unshare", "setns", "move_mount", "fsopen", "fsconfig",
     "fsmount", "fspick", "open_tree", "open_tree_attr", "mount_setattr",
-    # looking into or steering other processes
-    "ptrace", "process_vm_readv", "process_vm_writev",
+    # looking into or steering other processes (pidfd_getfd takes another process's file descriptors)
+    "ptrace", "process_vm_readv", "process_vm_writev", "pidfd_getfd",
     # kernel keyrings, BPF, perf, userfaultfd: large attack surface, no job needs them
     "keyctl", "add_key", "request_key", "bpf", "perf_event_open", "userfaultfd",
     # kernel code, hardware, power, accounting, swap

@@ -113,10 +113,11 @@ def set_no_new_privs() -> None:
     prctl(PR_SET_NO_NEW_PRIVS, 1)
 
 
-def drop_bounding_set(last_cap: int) -> None:
-    """Remove every capability from the bounding set (needs CAP_SETPCAP: call while still root)."""
+def drop_bounding_set(last_cap: int, keep: frozenset[int] = frozenset()) -> None:
+    """Remove every capability but ``keep`` from the bounding set (needs CAP_SETPCAP: call while still root)."""
     for cap in range(last_cap + 1):
-        prctl(PR_CAPBSET_DROP, cap)
+        if cap not in keep:
+            prctl(PR_CAPBSET_DROP, cap)
 
 
 def last_capability() -> int:

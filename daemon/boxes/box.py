@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import io
 import json
 import os
 import shutil
@@ -17,18 +18,19 @@ import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 from .. import limits
-from ..box.backend import BoxBackend, BoxLimits, BoxProcess, BoxSpec
+from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused
 from ..fsutil import write_atomically
+from ..patch import PatchError, PatchSummary, compute_patch
 from ..tasks import spawn
 from ..wire import BoxInfo
 from .channels import AgentListener, BootServer
 from .exec_session import ExecSession, ExecStart
-from .guest_link import GuestExec, GuestFailure, GuestLink
+from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
 from .recorder import Decision, RunRecorder
 from .settings import BoxSettings
 
@@ -38,6 +40,7 @@ if TYPE_CHECKING:
 GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
 GUEST_CONNECT_TIMEOUT = 20.0
 SHUTDOWN_GRACE = 5.0
+PATCH_EXTRA_ENTRIES = 10_000  # files a job may add beyond twice the workspace's own count
 EARLY_POLL_PERIOD = 60.0
 
 
@@ -55,11 +58,13 @@ def _iso(moment: datetime) -> str:
 
 
 class Box:
-    def __init__(self, manager: BoxManager, box_id: str, settings: BoxSettings, uid: int) -> None:
+    def __init__(self, manager: BoxManager, box_id: str, settings: BoxSettings, uid: int, job_uid: int) -> None:
         self.manager = manager
         self.id = box_id
         self.settings = settings
-        self.uid = uid
+        self.uid = uid  # the guest's host uid
+        self.job_uid = job_uid  # the host uid every exec runs under
+        self._not_held = asyncio.Event()
         self.state = "creating"
         self.reason = ""
         created = datetime.now(UTC)
@@ -79,6 +84,22 @@ class Box:
         self._tasks: list[asyncio.Task[Any]] = []
         self._poll_now = asyncio.Event()
         self._stop_lock = asyncio.Lock()
+
+    @property
+    def state(self) -> str:
+        return self._state
+
+    @state.setter
+    def state(self, value: str) -> None:
+        self._state = value
+        if value == "held":
+            self._not_held.clear()
+        else:
+            self._not_held.set()
+
+    async def wait_until_not_held(self) -> None:
+        """Return once the box is not held (a held box's processes are frozen: their clocks do not count)."""
+        await self._not_held.wait()
 
     # ---- reporting ---------------------------------------------------------------------
     def emit(self, kind: str, data: dict[str, Any] | None = None) -> None:
@@ -102,7 +123,12 @@ class Box:
         kind = {"running": "box.started", "held": "box.held", "stopped": "box.stopped", "failed": "box.failed",
                 "removed": "box.removed"}.get(state)
         if kind:
-            self.emit(kind, {"state": state, "reason": reason} if reason else {"state": state})
+            data: dict[str, Any] = {"state": state, "reason": reason} if reason else {"state": state}
+            if state in ("stopped", "failed") and self.link is not None:
+                # requests the host gave up on, and answers that came after it had: counted, never believed
+                data.update({key: value for key, value in (("guest_timeouts", self.link.timeouts),
+                                                          ("guest_late_replies", self.link.late_replies)) if value})
+            self.emit(kind, data)
 
     # ---- creation ----------------------------------------------------------------------
     async def create(self, backend: BoxBackend) -> None:
@@ -130,6 +156,7 @@ class Box:
             spec = BoxSpec(
                 box_id=self.id, state_dir=self.layers_dir / "backend", base_dir=layers["base"],
                 upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
+                job_uid=self.job_uid,
                 channels={"boot": boot.path, "agent": agent.path},
                 guest_dir=self.manager.guest_dir,
                 image_root=Path(self.settings.image[4:]) if self.settings.image.startswith("dir:") else None,
@@ -159,13 +186,13 @@ class Box:
         if self.settings.image.startswith("dir:"):  # an image brings its own /usr: no host loader cache in /etc
             layers["etc"] = self.layers_dir / "etc"
             generate_etc(layers["etc"], hostname="box", uses_host_usr=False)
-        summary = build_base(self.settings.workspace, layers["base"], box_uid=self.uid,
+        summary = build_base(self.settings.workspace, layers["base"], box_uid=self.job_uid,
                              max_files=self.settings.limit("workspace_files"),
                              max_bytes=self.settings.limit("workspace_bytes"))
         self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
         for name in ("upper", "work"):
             layers[name].mkdir(mode=0o755)
-            os.chown(layers[name], self.uid, self.uid)
+            os.chown(layers[name], self.job_uid, self.job_uid)
         (self.layers_dir / "backend").mkdir(mode=0o711)  # bubblewrap, as the box uid, resolves mounts below it
         return layers
 
@@ -176,7 +203,9 @@ class Box:
                        "max_execs": self.settings.limit("execs")},
             "clock": int(time.time() * 1000),
         }
-        if not backend.isolated:  # test backends: the guest runs on the host and sees host paths
+        if backend.isolated:  # execs run as the job user, never as the guest
+            config["job"] = {"uid": BOX_JOB_UID, "gid": BOX_JOB_UID, "home": BOX_HOME}
+        else:  # test backends: the guest runs on the host and sees host paths
             config.update(workspace=str(layers["base"]), agent_socket=str(self.runtime_dir / "agent.sock"),
                           base_dir=str(layers["base"]), upper_dir=str(layers["upper"]))
         return config
@@ -203,20 +232,23 @@ class Box:
             self._poll_now.set()
         return decision
 
-    async def start_guest_exec(self, session: ExecSession, timeout_seconds: int) -> GuestExec:
+    async def start_guest_exec(self, session: ExecSession, timeout_seconds: int, *,
+                               start_deadline: float) -> GuestExec:
+        """Start the decided command in the guest. Raises ExecRefused (``start_refused_by`` says whose word the
+        refusal is), GuestTimeout when the guest does not answer within ``start_deadline`` seconds, or
+        GuestFailure; the session records the completion either way."""
         if self.state != "running" or self.link is None:
             raise ExecRefused("state", f"box {self.settings.name} is {self.state}; nothing more runs in it")
         if len(self.execs) >= self.settings.limit("execs"):
             raise ExecRefused("limit", limits.EXECS_PER_BOX.refusal(f"{len(self.execs)} commands running"))
         request, start = session.request, session.start_request
         handle = await self.link.exec(list(request.argv), request.cwd, dict(request.env), timeout_seconds * 1000,
-                                      pty=start.tty, rows=start.rows, cols=start.cols)
+                                      pty=start.tty, rows=start.rows, cols=start.cols, timeout=start_deadline)
         reply = await handle.started
         if reply.get("ok") is False:
             error = reply["error"]
-            if self.recorder is not None and session.decision_id:
-                await self.recorder.complete(session.decision_id, status="error", exit_code=None)
-            raise ExecRefused("start", f"the command could not start: {error['code']}: {error['message']}")
+            raise ExecRefused("start", f"the command could not start: {error['code']}: {error['message']}",
+                              reported_by="guest")
         self.execs.add(session)
         self.execs_total += 1
         return handle
@@ -228,14 +260,25 @@ class Box:
     def exec_done(self, session: ExecSession) -> None:
         self.execs.discard(session)
 
-    # ---- patch -------------------------------------------------------------------------
+    # ---- patch ----------------------------------------------------------------------------
+    # The patch is the host's: computed from the overlay's layers (host directories) by ``daemon/patch``, never
+    # taken from the guest, whose word about it would be worth nothing (docs/guest.md).
+    def _compute_patch(self, out: BinaryIO | Path) -> PatchSummary:
+        return compute_patch(self.layers_dir / "upper", self.layers_dir / "base", out,
+                             max_bytes=limits.PATCH_SIZE.default,
+                             max_entries=2 * self.settings.limit("workspace_files") + PATCH_EXTRA_ENTRIES,
+                             deadline=time.monotonic() + limits.PATCH_TIME.default)
+
     async def live_patch(self) -> tuple[bytes, list[dict[str, Any]]]:
-        if self.link is None or self.state not in ("running", "held", "stopping"):
+        """The patch of a running box as its layers are now (a job still writing may make it fail: say so)."""
+        if self.state not in ("running", "held", "stopping"):
             raise BoxOperationError(409, "box_not_running", "the box is not running; its saved patch is shown")
-        reply = await self.link.request("diff", data_limit=limits.PATCH_SIZE.default)
-        if reply.get("ok") is False:
-            raise BoxOperationError(502, "guest_error", f"the guest could not make the patch: {reply['error']}")
-        return reply["_data"], reply["files"]
+        buffer = io.BytesIO()
+        try:
+            summary = await asyncio.to_thread(self._compute_patch, buffer)
+        except PatchError as exc:
+            raise BoxOperationError(409, "patch_unavailable", f"the patch could not be made: {exc}") from None
+        return buffer.getvalue(), [entry.to_json() for entry in summary.files]
 
     def saved_patch(self) -> tuple[bytes, list[dict[str, Any]]] | None:
         try:
@@ -246,19 +289,20 @@ class Box:
         return patch, summary["files"]
 
     async def _save_patch(self) -> None:
+        """Once no process of the box runs any more, so nothing changes under the walk."""
         try:
-            patch, files = await asyncio.wait_for(self.live_patch(), 60)
-        except (GuestFailure, BoxOperationError, TimeoutError) as exc:
-            self.emit("gap", {"kind": "patch", "reason": f"the patch could not be read: {exc}"})
+            summary = await asyncio.to_thread(self._compute_patch, self.state_dir / "patch.diff")
+        except (PatchError, OSError) as exc:
+            self.emit("gap", {"kind": "patch", "reason": f"the patch could not be made: {exc}"})
             return
-        write_atomically(self.state_dir / "patch.diff", patch)
-        summary = {"files": files, "size": len(patch)}
-        write_atomically(self.state_dir / "patch-summary.json", json.dumps(summary, indent=1).encode())
-        self.emit("patch.saved", {"files": len(files), "size": len(patch)})
+        write_atomically(self.state_dir / "patch-summary.json", json.dumps(summary.to_json(), indent=1).encode())
+        self.emit("patch.saved", {"files": len(summary.files), "size": summary.size, "sha256": summary.sha256})
 
     # ---- stopping ----------------------------------------------------------------------
     async def stop(self, reason: str, *, save_patch: bool = True, final_state: str = "stopped") -> None:
-        """Save the patch (when asked and possible), stop every process, end the box. The run stays open."""
+        """Stop every process, save the patch (made by the host once nothing runs), end the box. Bounded: the
+        guest gets ``STOP_GRACE`` to end its commands, then the whole box is killed; a guest that did not answer
+        makes the box ``failed``, with the unanswered request named. A stopped box's run stays open."""
         async with self._stop_lock:
             if self.state in ("stopped", "failed", "removed"):
                 return
@@ -266,16 +310,31 @@ class Box:
             if self.state == "held" and self.process is not None:
                 await self.process.resume()
             self.state = "stopping"
+            unanswered = await self._ask_guest_to_shut_down() if was_live else None
+            await self._end_process()
             if save_patch and was_live:
                 await self._save_patch()
-            if self.link is not None and self.link.failure is None:
-                with contextlib.suppress(GuestFailure, TimeoutError):
-                    await asyncio.wait_for(self.link.request("shutdown"), SHUTDOWN_GRACE)
-            await self._end_process()
             for task in self._tasks:
                 if task is not asyncio.current_task():
                     task.cancel()
+            if unanswered:
+                final_state, reason = "failed", f"{reason}; {unanswered}"
             self.set_state(final_state, reason)
+        if unanswered:
+            await self.close_run(self.reason)
+
+    async def _ask_guest_to_shut_down(self) -> str | None:
+        """None when the guest answered (or its channel was already gone); else why the box is failed."""
+        if self.link is None or self.link.failure is not None:
+            return None
+        grace = limits.STOP_GRACE.default
+        try:
+            await self.link.request("shutdown", timeout=grace)
+        except GuestTimeout as exc:
+            return f"{exc}; the host killed the box"
+        except GuestFailure:
+            return None
+        return None
 
     async def _end_process(self) -> None:
         if self.link is not None:
@@ -286,8 +345,20 @@ class Box:
                 await asyncio.wait_for(self.process.wait(), 30)
 
     async def fail(self, reason: str) -> None:
-        """The box cannot go on: stop it at once (no patch from a failing box) and close its run."""
-        await self.stop(reason, save_patch=False, final_state="failed")
+        """The box cannot go on: kill it at once, keep its patch (the host makes it from the layers, so a failing
+        guest cannot spoil it) and close its run."""
+        async with self._stop_lock:
+            if self.state in ("stopped", "failed", "removed"):
+                return
+            was_live = self.state in ("running", "held", "stopping")
+            self.state = "stopping"
+            await self._end_process()
+            if was_live and self.layers_dir.exists():
+                await self._save_patch()
+            for task in self._tasks:
+                if task is not asyncio.current_task():
+                    task.cancel()
+            self.set_state("failed", reason)
         await self.close_run(reason)
 
     async def close_run(self, reason: str) -> None:

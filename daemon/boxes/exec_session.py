@@ -3,6 +3,10 @@
     check_request ─ refused ─▶ ExecRefused (400, names the rule)
     decide(Bash) ─ deny/ask/unreachable ─▶ ExecDenied (exit 126, rule ids, reason, hint); event exec.denied
     guest exec ─▶ exec.started ─▶ output … ─▶ EXIT ─▶ complete(exit status, streamed stdin digest) ─▶ exec.finished
+
+Output is paced by its client: a chunk's bytes go back to the guest as credit when ``outputs()`` hands the chunk to
+the client, or when it is dropped because the client is gone, so a slow client holds back only its own command (the
+process blocks on its pipe, as under a slow terminal) and a departed one never leaves the guest waiting for credit.
 """
 
 from __future__ import annotations
@@ -13,12 +17,14 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from .. import strictjson
-from ..doors.commands import ExecRequest, check_request, decision_args
+from .. import limits, strictjson
+from ..doors.commands import ExecRefused, ExecRequest, check_request, decision_args
 from ..tasks import spawn
-from .guest_link import GuestExec, GuestFailure
+from .guest_link import GuestExec, GuestFailure, GuestTimeout
 
 CLIENT_QUEUE_ITEMS = 256
+END_GRACE = limits.EXEC_END_GRACE.default  # seconds past a command's time limit before the host ends the box
+ABORT_SIGNAL_WAIT = 5.0  # seconds a departing client's SIGKILL waits for the guest's answer
 
 if TYPE_CHECKING:
     from .box import Box
@@ -57,7 +63,9 @@ class ExecSession:
         self._stdin_hash = hashlib.sha256()
         self._stdin_bytes = 0
         self._finished = False
+        self._exit_delivered = False
         self._aborted = False
+        self.time_limit_s = 0
         self._to_client: asyncio.Queue[tuple[int, bytes] | dict[str, Any]] = asyncio.Queue(CLIENT_QUEUE_ITEMS)
         self.done = asyncio.Event()
 
@@ -74,17 +82,53 @@ class ExecSession:
             raise ExecDenied(shown)
         self.decision_id = decision.decision_id
         start = self.start_request
-        timeout = start.timeout or self.box.settings.limit("exec_timeout")
-        self.guest = await self.box.start_guest_exec(self, timeout)
+        self.time_limit_s = start.timeout or self.box.settings.limit("exec_timeout")
+        try:
+            self.guest = await self.box.start_guest_exec(self, self.time_limit_s,
+                                                         start_deadline=self.time_limit_s + END_GRACE)
+        except GuestTimeout as exc:  # the guest never said the command started: the box cannot be believed
+            reason = f"{exc}; the host ended the box"
+            await self._record_host_end("host_time_limit", reason)
+            spawn(self.box.fail(f"exec {self.command!r}: {reason}"), name=f"box-fail-{self.box.id}")
+            raise GuestFailure(f"the command did not start: {reason}") from None
+        except GuestFailure as exc:
+            await self._record_host_end("box_ended", str(exc))
+            raise GuestFailure(f"the command did not start: {exc}") from None
+        except ExecRefused as refused:  # allowed, but it never ran: the decision still gets its completion
+            await self._record_host_end("start_failed", str(refused),
+                                        reported_by=refused.reported_by)
+            raise
         self.box.emit("exec.started", {"command": self.command, "decision_id": self.decision_id,
                                        "rule_ids": list(decision.rule_ids), "verdict": decision.verdict})
         spawn(self._pump(), name=f"exec-{self.box.id}-{self.guest.id}")
+        spawn(self._keep_deadline(), name=f"exec-deadline-{self.box.id}-{self.guest.id}")
         if self.request.stdin is not None:
             await self.guest.send_stdin(self.request.stdin)
             await self.guest.close_stdin()
         elif not self.request.stdin_streamed:
             await self.guest.close_stdin()
         return shown
+
+    async def _keep_deadline(self) -> None:
+        """The host's own time limit: the guest must report the end within the command's limit plus a grace
+        (its own kill and drain fit well inside). A box that is held cannot end anything: the clock waits for it
+        to run again, then gives one more grace. Missed: the whole box is ended, and the record says so."""
+        assert self.guest is not None
+        limit = float(self.time_limit_s + END_GRACE)
+        while True:
+            try:
+                await asyncio.wait_for(self.done.wait(), limit)
+                return
+            except TimeoutError:
+                if self.box.state != "held":
+                    break
+            await self.box.wait_until_not_held()
+            limit = float(END_GRACE)
+        reason = (f"the guest did not report the end of exec request {self.guest.id} within its "
+                  f"{self.time_limit_s} s time limit + {END_GRACE} s grace; the host ended the box")
+        exit_info = await self._record_host_end("host_time_limit", reason)
+        spawn(self.box.fail(f"exec {self.command!r}: {reason}"), name=f"box-fail-{self.box.id}")
+        await self._deliver(exit_info)
 
     async def write_stdin(self, data: bytes) -> None:
         if self.guest is None or not self.request.stdin_streamed or self._aborted:
@@ -122,25 +166,42 @@ class ExecSession:
         """Output chunks for the client, then one exit dict (recorded before it is yielded)."""
         while True:
             item = await self._to_client.get()
+            self._release(item)  # the client takes it: its bytes become the guest's credit
             yield item
             if isinstance(item, dict):
                 return
+
+    def _release(self, item: tuple[int, bytes] | dict[str, Any]) -> None:
+        if isinstance(item, tuple) and self.guest is not None:
+            self.guest.release_output(len(item[1]))
+
+    def _drop_client_output(self) -> None:
+        """Empty the client's queue (nobody reads it any more), giving the output back as credit; an exit stays."""
+        kept = []
+        while not self._to_client.empty():
+            item = self._to_client.get_nowait()
+            if isinstance(item, dict):
+                kept.append(item)
+            else:
+                self._release(item)
+        for item in kept:
+            self._to_client.put_nowait(item)
 
     async def _pump(self) -> None:
         """Drain the guest's output whether or not a client still listens, and record the completion."""
         assert self.guest is not None
         try:
             while True:
-                item = await self.guest.outputs.get()
-                if isinstance(item, GuestFailure):
-                    exit_info = {"exit_code": None, "signal": None, "timed_out": False, "error": str(item)}
-                    await self._finish("error", None, exit_info)
-                    await self._deliver(exit_info)
+                item = await self.guest.next_output()
+                if isinstance(item, GuestFailure):  # the box's channel ended before the guest reported the end
+                    await self._deliver(await self._record_host_end("box_ended", str(item)))
                     return
                 if isinstance(item, dict):
                     exit_code = item["exit_code"] if item["exit_code"] is not None else 128 + item["signal"]
-                    exit_info = {"exit_code": exit_code, "signal": item["signal"], "timed_out": item["timed_out"]}
-                    await self._finish("ok" if exit_code == 0 else "error", exit_code, exit_info)
+                    exit_info = {"exit_code": exit_code, "signal": item["signal"], "timed_out": item["timed_out"],
+                                 "reported_by": "guest"}
+                    await self._finish("ok" if exit_code == 0 else "error", exit_code, exit_info,
+                                       reported_by="guest", outcome="reported", reason="")
                     await self._deliver(exit_info)
                     return
                 await self._deliver(item)
@@ -150,12 +211,30 @@ class ExecSession:
 
     async def _deliver(self, item: tuple[int, bytes] | dict[str, Any]) -> None:
         # Once the client is gone only the exit is kept (the queue was drained, so it fits): it ends outputs().
-        if not self._aborted or isinstance(item, dict):
-            await self._to_client.put(item)
+        if isinstance(item, dict):
+            if self._exit_delivered:
+                return
+            self._exit_delivered = True
+        if self._aborted and not isinstance(item, dict):
+            self._release(item)
+            return
+        await self._to_client.put(item)
+        if self._aborted:  # the client went while we waited for room: what we put is nobody's
+            self._drop_client_output()
 
-    async def _finish(self, status: str, exit_code: int | None, exit_info: dict[str, Any]) -> None:
+    async def _record_host_end(self, outcome: str, reason: str, *, reported_by: str = "host") -> dict[str, Any]:
+        """An end the guest did not report as an exit: the host's word (or the guest's refusal to start).
+        Returns the exit for the client."""
+        exit_info = {"exit_code": None, "signal": None, "timed_out": outcome == "host_time_limit",
+                     "error": reason, "reported_by": reported_by}
+        await self._finish("error", None, exit_info, reported_by=reported_by, outcome=outcome, reason=reason)
+        return exit_info
+
+    async def _finish(self, status: str, exit_code: int | None, exit_info: dict[str, Any], *, reported_by: str,
+                      outcome: str, reason: str) -> None:
         """Record the completion (in the background: the command has already ended, and the run will not close
-        before the completion is answered) and tell the operator."""
+        before the completion is answered) and tell the operator. ``reported_by`` says whose word the status
+        is; ``outcome`` and ``reason`` are what the host itself saw (docs/format.md, ``tool.result``)."""
         if self._finished:
             return
         self._finished = True
@@ -164,17 +243,20 @@ class ExecSession:
             stdin = {"sha256": "sha256:" + self._stdin_hash.hexdigest(), "size": self._stdin_bytes}
         digest = "sha256:" + hashlib.sha256(strictjson.canonical(
             {"tool": "Bash", "args": decision_args(self.request)})).hexdigest()
-        self.box.complete_exec_soon(self, status=status, exit_code=exit_code, stdin=stdin, args_digest=digest)
+        host: dict[str, Any] = {"outcome": outcome, "time_limit_ms": self.time_limit_s * 1000}
+        if reason:
+            host["reason"] = reason[:1024]
+        self.box.complete_exec_soon(self, status=status, exit_code=exit_code, stdin=stdin, args_digest=digest,
+                                    reported_by=reported_by, host=host)
         self.box.emit("exec.finished", {"command": self.command, "decision_id": self.decision_id, **exit_info,
-                                        **({"stdin": stdin} if stdin else {})})
+                                        "host": host, **({"stdin": stdin} if stdin else {})})
 
     async def abort(self) -> None:
         """The client is gone or done: stop the process if it still runs (process group, SIGKILL)."""
         self._aborted = True
-        while not self._to_client.empty():
-            self._to_client.get_nowait()  # unblock the pump; nobody reads these any more
+        self._drop_client_output()  # unblocks the pump; nobody reads these any more
         if self.guest is not None and not self.guest.exited:
             try:
-                await asyncio.wait_for(self.guest.signal(9), 5)
-            except (GuestFailure, TimeoutError):
+                await self.guest.signal(9, timeout=ABORT_SIGNAL_WAIT)
+            except GuestFailure:  # GuestTimeout included: the request is abandoned, its late answer dropped
                 pass

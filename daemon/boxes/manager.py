@@ -113,10 +113,15 @@ class BoxManager:
             raise ApiError(429, "limit", limits.BOXES_PER_DAEMON.refusal(f"{len(live)} boxes alive"))
         box_id = secrets.token_hex(6)
         try:
-            uid = self.uids.allocate(box_id)
+            uid = self.uids.allocate(box_id)  # the guest's host uid
+            try:
+                job_uid = self.uids.allocate(box_id)  # the jobs' host uid: never the guest's
+            except UidsExhausted:
+                self.uids.release(uid, box_id)
+                raise
         except UidsExhausted as exc:
             raise ApiError(503, "no_uid", str(exc)) from None
-        box = Box(self, box_id, settings, uid)
+        box = Box(self, box_id, settings, uid, job_uid)
         self.boxes[box_id] = box
         try:
             await box.create(self.backend)
@@ -130,7 +135,11 @@ class BoxManager:
 
     async def _abandon(self, box: Box, reason: str) -> None:
         await box.fail(reason)
-        self.uids.release(box.uid, box.id)
+        self._release_uids(box)
+
+    def _release_uids(self, box: Box) -> None:
+        for uid in (box.uid, box.job_uid):
+            self.uids.release(uid, box.id)
 
     async def stop(self, ref: str, *, reason: str) -> BoxInfo:
         box = self.get(ref)
@@ -140,7 +149,7 @@ class BoxManager:
     async def remove(self, ref: str) -> BoxInfo:
         box = self.get(ref)
         await box.remove()
-        self.uids.release(box.uid, box.id)
+        self._release_uids(box)
         return box.info()
 
     async def diff(self, ref: str) -> tuple[bytes, list[dict[str, Any]], str]:

@@ -109,9 +109,14 @@ class RunRecorder:
         return Decision(reply["decision"], reply["verdict"], reply["decision_id"], tuple(reply["rule_ids"]),
                         reply["reason"], reply.get("hint"), bool(reply.get("incident")))
 
-    async def complete(self, decision_id: str, *, status: str, exit_code: int | None,
-                       stdin: dict[str, Any] | None = None, args_digest: str | None = None) -> None:
-        fields: dict[str, Any] = {"decision_id": decision_id, "status": status}
+    async def complete(self, decision_id: str, *, status: str, exit_code: int | None, reported_by: str,
+                       host: dict[str, Any], stdin: dict[str, Any] | None = None,
+                       args_digest: str | None = None) -> None:
+        """Record an exec's end. ``reported_by`` says whose word ``status`` and ``exit_code`` are (the guest's,
+        or the host's when the guest never reported); ``host`` is what the host itself saw (its outcome, the
+        time limit it kept, a reason)."""
+        fields: dict[str, Any] = {"decision_id": decision_id, "status": status, "reported_by": reported_by,
+                                  "host": host}
         if exit_code is not None:
             fields["exit_code"] = max(-255, min(255, exit_code))
         if stdin is not None:

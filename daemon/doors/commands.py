@@ -34,9 +34,10 @@ _SAFE_UNQUOTED = re.compile(r"^[A-Za-z0-9@%+:,./_-]+\Z", re.ASCII)  # shlex's sa
 class ExecRefused(ValueError):
     """An exec request the door refuses before asking the signer; the message names what and how to fix it."""
 
-    def __init__(self, rule: str, message: str) -> None:
+    def __init__(self, rule: str, message: str, *, reported_by: str = "host") -> None:
         super().__init__(message)
         self.rule = rule
+        self.reported_by = reported_by  # whose word the refusal is: the host's, or the guest's ("could not start")
 
 
 @dataclass(frozen=True)

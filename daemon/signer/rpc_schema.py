@@ -98,6 +98,24 @@ def _any_json(value: Any) -> bool:
     return True
 
 
+# What the host itself saw of an exec's end (the exit status is the guest's word; this is the host's):
+# ``reported`` the guest reported the end within the host's deadline; ``host_time_limit`` the deadline
+# passed without it and the host ended the box; ``box_ended`` the box stopped or failed first;
+# ``start_failed`` the guest said the command could not start.
+HOST_OUTCOMES = ("reported", "host_time_limit", "box_ended", "start_failed")
+
+
+def _host_observation(value: Any) -> bool:
+    return (
+        isinstance(value, dict)
+        and set(value) <= {"outcome", "time_limit_ms", "reason"}
+        and value.get("outcome") in HOST_OUTCOMES
+        and (type(value.get("time_limit_ms", 0)) is int and 0 <= value.get("time_limit_ms", 0) <= 2**31 - 1)
+        and isinstance(value.get("reason", ""), str)
+        and len(value.get("reason", "")) <= MAX_REASON
+    )
+
+
 RUN_FIELDS: dict[str, Check] = {"run_id": _text(_RUN_ID), "run_token": _bounded_text(MAX_RUN_TOKEN)}
 REQUEST_ID: dict[str, Check] = {"request_id": _text(_ID)}
 
@@ -125,6 +143,8 @@ METHODS: dict[str, MethodSchema] = {
         {
             "args_digest": _text(_DIGEST),
             "exit_code": _int_range(-255, 255),
+            "reported_by": _one_of("guest", "host"),  # whose word status and exit_code are
+            "host": _host_observation,
             "stdin": _stdin,
             "output": _any_json,
             "error": _bounded_text(MAX_REASON),

@@ -279,7 +279,7 @@ class SignerService:
         ):
             raise RequestRefused("args_mismatch", "args_digest is not the digest of the decided tool and args")
         data: dict[str, Any] = {"decision_id": decision_id, "status": request["status"]}
-        for name in ("exit_code", "stdin"):
+        for name in ("exit_code", "stdin", "reported_by", "host"):
             if name in request:
                 data[name] = request[name]
         if "output" in request:

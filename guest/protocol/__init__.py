@@ -4,7 +4,7 @@ Sans-IO and standard library only: nothing here touches a socket, a process or a
 ``tkbox_guest.protocol`` and check the guest's frames with exactly the rules the guest uses to check the host's.
 
 - ``frames``: ``[type u8][len u32 big-endian][payload]`` with ``len <= MAX_PAYLOAD``, the decoder, id payloads and
-  the stdin credit window;
+  the two credit windows (stdin, host → guest; output, guest → host);
 - ``strict_json``: the JSON inside REQUEST, RESPONSE and EXIT frames;
 - ``schemas``: what each op's request, response and exit must hold.
 
@@ -24,6 +24,8 @@ from .frames import (
     MAX_OUTPUT_CHUNK,
     MAX_PAYLOAD,
     MAX_U32,
+    OUTPUT_ACK,
+    OUTPUT_WINDOW,
     REQUEST,
     RESPONSE,
     STDERR,
@@ -33,13 +35,17 @@ from .frames import (
     STDIN_WINDOW,
     STDOUT,
     TYPE_NAMES,
+    CreditWindow,
     Frame,
     FrameDecoder,
+    OutputWindow,
     ProtocolError,
     StdinWindow,
+    decode_output_ack,
     decode_stdin_ack,
     encode_frame,
     encode_id_frame,
+    encode_output_ack,
     encode_stdin_ack,
     pack_id,
     split_id,
@@ -68,6 +74,7 @@ from .strict_json import (
 __all__ = [
     "ALLOWED_SIGNALS",
     "CHANGES",
+    "CreditWindow",
     "DATA",
     "DEFAULT_WINSIZE",
     "EXIT",
@@ -87,6 +94,9 @@ __all__ = [
     "MAX_U32",
     "MAX_WINSIZE",
     "OPS",
+    "OUTPUT_ACK",
+    "OUTPUT_WINDOW",
+    "OutputWindow",
     "ProtocolError",
     "REQUEST",
     "RESPONSE",
@@ -98,11 +108,13 @@ __all__ = [
     "STDOUT",
     "StdinWindow",
     "TYPE_NAMES",
+    "decode_output_ack",
     "decode_stdin_ack",
     "dumps",
     "encode_frame",
     "encode_id_frame",
     "encode_json_frame",
+    "encode_output_ack",
     "encode_stdin_ack",
     "loads_strict",
     "pack_id",

@@ -1,5 +1,6 @@
 """Frames of the agent channel: ``[type u8][len u32 big-endian][payload]``, their types and length rules, the
-incremental decoder, ``[id u32][bytes]`` payloads and the stdin credit window.
+incremental decoder, ``[id u32][bytes]`` payloads and the two credit windows (stdin host→guest, output
+guest→host).
 
 Sans-IO: nothing here touches a socket.  Anything that breaks a rule raises :class:`ProtocolError`; the receiver
 then closes the channel.
@@ -16,6 +17,7 @@ HEADER_SIZE = 5
 MAX_OUTPUT_CHUNK = 64 * 1024  # bytes of stdout/stderr per frame
 MAX_ID_DATA = MAX_PAYLOAD - 4  # bytes after the id in STDIN and DATA frames
 STDIN_WINDOW = 1 << 20  # stdin bytes the host may have sent but not had acknowledged, per exec
+OUTPUT_WINDOW = 1 << 20  # stdout+stderr bytes the guest may have sent but not had acknowledged, per exec
 MAX_U32 = 2**32 - 1
 
 REQUEST = 1
@@ -27,21 +29,24 @@ STDERR = 6
 EXIT = 7
 DATA = 8
 STDIN_ACK = 9
+OUTPUT_ACK = 10
 
 TYPE_NAMES = {
     REQUEST: "REQUEST", RESPONSE: "RESPONSE", STDIN: "STDIN", STDIN_EOF: "STDIN_EOF", STDOUT: "STDOUT",
-    STDERR: "STDERR", EXIT: "EXIT", DATA: "DATA", STDIN_ACK: "STDIN_ACK",
+    STDERR: "STDERR", EXIT: "EXIT", DATA: "DATA", STDIN_ACK: "STDIN_ACK", OUTPUT_ACK: "OUTPUT_ACK",
 }
-HOST_TO_GUEST = frozenset({REQUEST, STDIN, STDIN_EOF})
+HOST_TO_GUEST = frozenset({REQUEST, STDIN, STDIN_EOF, OUTPUT_ACK})
 GUEST_TO_HOST = frozenset({RESPONSE, STDOUT, STDERR, EXIT, DATA, STDIN_ACK})
 JSON_TYPES = frozenset({REQUEST, RESPONSE, EXIT})
 
 # (smallest, largest) payload length per type: checked from the header alone, before any payload is buffered.
+# Output frames carry at least one byte: the host queues output by bytes against the output window, and empty
+# frames would let a guest queue unbounded items within it.
 _LENGTHS = {
     REQUEST: (2, MAX_PAYLOAD), RESPONSE: (2, MAX_PAYLOAD), EXIT: (2, MAX_PAYLOAD),
     STDIN: (4, MAX_PAYLOAD), DATA: (4, MAX_PAYLOAD),
-    STDOUT: (4, 4 + MAX_OUTPUT_CHUNK), STDERR: (4, 4 + MAX_OUTPUT_CHUNK),
-    STDIN_EOF: (4, 4), STDIN_ACK: (8, 8),
+    STDOUT: (5, 4 + MAX_OUTPUT_CHUNK), STDERR: (5, 4 + MAX_OUTPUT_CHUNK),
+    STDIN_EOF: (4, 4), STDIN_ACK: (8, 8), OUTPUT_ACK: (8, 8),
 }
 
 _HEADER = struct.Struct(">BI")
@@ -169,30 +174,49 @@ def encode_id_frame(ftype: int, ident: int, data: bytes = b"") -> bytes:
     return encode_frame(ftype, pack_id(ident, data))
 
 
-def encode_stdin_ack(ident: int, count: int) -> bytes:
-    if not 1 <= count <= STDIN_WINDOW:
-        raise ProtocolError(f"stdin credit {count} is outside 1..{STDIN_WINDOW}")
-    return encode_frame(STDIN_ACK, _ACK.pack(ident, count))
+def _encode_ack(ftype: int, ident: int, count: int, window: int) -> bytes:
+    if not 1 <= count <= window:
+        raise ProtocolError(f"{TYPE_NAMES[ftype]} credit {count} is outside 1..{window}")
+    return encode_frame(ftype, _ACK.pack(ident, count))
 
 
-def decode_stdin_ack(payload: bytes) -> tuple[int, int]:
+def _decode_ack(ftype: int, payload: bytes, window: int) -> tuple[int, int]:
     if len(payload) != 8:
-        raise ProtocolError("STDIN_ACK payload must be 8 bytes")
+        raise ProtocolError(f"{TYPE_NAMES[ftype]} payload must be 8 bytes")
     ident, count = _ACK.unpack(payload)
-    if not 1 <= count <= STDIN_WINDOW:
-        raise ProtocolError(f"stdin credit {count} is outside 1..{STDIN_WINDOW}")
+    if not 1 <= count <= window:
+        raise ProtocolError(f"{TYPE_NAMES[ftype]} credit {count} is outside 1..{window}")
     return ident, count
 
 
-class StdinWindow:
-    """Stdin flow control for one exec, the same arithmetic on both sides.
+def encode_stdin_ack(ident: int, count: int) -> bytes:
+    return _encode_ack(STDIN_ACK, ident, count, STDIN_WINDOW)
 
-    The host calls ``take(n)`` before sending n bytes of STDIN and ``give_back(n)`` on each STDIN_ACK; the guest
-    calls ``take(n)`` when STDIN arrives and ``give_back(n)`` when it has written (or dropped) those bytes and
-    acknowledges them. At most ``size`` bytes are ever outstanding.
+
+def decode_stdin_ack(payload: bytes) -> tuple[int, int]:
+    return _decode_ack(STDIN_ACK, payload, STDIN_WINDOW)
+
+
+def encode_output_ack(ident: int, count: int) -> bytes:
+    return _encode_ack(OUTPUT_ACK, ident, count, OUTPUT_WINDOW)
+
+
+def decode_output_ack(payload: bytes) -> tuple[int, int]:
+    return _decode_ack(OUTPUT_ACK, payload, OUTPUT_WINDOW)
+
+
+class CreditWindow:
+    """Flow control for one exec in one direction, the same arithmetic on both sides.
+
+    The sender calls ``take(n)`` before sending n bytes and ``give_back(n)`` on each ack; the receiver calls
+    ``take(n)`` when the bytes arrive (raising :class:`ProtocolError` beyond the window) and ``give_back(n)`` when
+    it has used or dropped them and acknowledges them. At most ``size`` bytes are ever outstanding, and never fewer
+    than none: an ack beyond what is outstanding is a :class:`ProtocolError` too.
     """
 
-    def __init__(self, size: int = STDIN_WINDOW) -> None:
+    what = "credit"
+
+    def __init__(self, size: int) -> None:
         self.size = size
         self.outstanding = 0
 
@@ -202,10 +226,28 @@ class StdinWindow:
 
     def take(self, count: int) -> None:
         if count < 0 or count > self.available:
-            raise ProtocolError(f"{count} stdin bytes exceed the window ({self.outstanding} of {self.size} in use)")
+            raise ProtocolError(f"{count} {self.what} bytes exceed the window ({self.outstanding} of {self.size} in use)")
         self.outstanding += count
 
     def give_back(self, count: int) -> None:
         if count < 0 or count > self.outstanding:
-            raise ProtocolError(f"stdin credit of {count} exceeds the {self.outstanding} bytes outstanding")
+            raise ProtocolError(f"{self.what} credit of {count} exceeds the {self.outstanding} bytes outstanding")
         self.outstanding -= count
+
+
+class StdinWindow(CreditWindow):
+    """Stdin, host → guest: STDIN takes, STDIN_ACK gives back (``STDIN_WINDOW`` bytes per exec)."""
+
+    what = "stdin"
+
+    def __init__(self, size: int = STDIN_WINDOW) -> None:
+        super().__init__(size)
+
+
+class OutputWindow(CreditWindow):
+    """Stdout and stderr together, guest → host: STDOUT/STDERR take, OUTPUT_ACK gives back (``OUTPUT_WINDOW``)."""
+
+    what = "output"
+
+    def __init__(self, size: int = OUTPUT_WINDOW) -> None:
+        super().__init__(size)

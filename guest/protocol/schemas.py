@@ -223,7 +223,8 @@ def validate_boot(obj: Any) -> dict[str, Any]:
     what = "boot config"
     if type(obj) is not dict:
         raise ProtocolError(f"{what} must be an object")
-    _keys(obj, {"box_id", "env", "workspace", "agent_socket", "limits", "clock"}, {"base_dir", "upper_dir"}, what)
+    _keys(obj, {"box_id", "env", "workspace", "agent_socket", "limits", "clock"}, {"base_dir", "upper_dir", "job"},
+          what)
     _text(obj["box_id"], f"{what}: box_id", max_bytes=128)
     _env(obj["env"], f"{what}: env")
     for key in ("workspace", "agent_socket", "base_dir", "upper_dir"):
@@ -238,4 +239,14 @@ def validate_boot(obj: Any) -> dict[str, Any]:
     _int(limits, "exec_timeout_ms", 0, 2**31 - 1, f"{what}: limits")
     _int(limits, "max_execs", 1, 1024, f"{what}: limits")
     _int(obj, "clock", 0, MAX_SAFE_INTEGER, what)
+    if "job" in obj:  # the in-box user execs run as (absent: as the guest itself, on test hosts only)
+        job = obj["job"]
+        if type(job) is not dict:
+            raise ProtocolError(f"{what}: job must be an object")
+        _keys(job, {"uid", "gid", "home"}, set(), f"{what}: job")
+        _int(job, "uid", 1, 2**31 - 1, f"{what}: job")
+        _int(job, "gid", 1, 2**31 - 1, f"{what}: job")
+        home = _text(job["home"], f"{what}: job: home", max_bytes=4096)
+        if not home.startswith("/"):
+            raise ProtocolError(f"{what}: job: home must be an absolute path")
     return {"base_dir": "/run/tkbox/base", "upper_dir": "/run/tkbox/upper", **obj}

@@ -15,16 +15,19 @@ from pathlib import Path
 from typing import Any
 
 from tkbox_daemon.tasks import spawn
-from tkbox_daemon.wire import BoxInfo
+from tkbox_daemon.wire import BoxInfo, Event
 
 from ..client import DaemonClient, DaemonError
+from ..terminal_text import safe_lines, safe_text
 
 EXIT_DENIED = 126
 
 
 def _fail(error: DaemonError, command: str) -> int:
-    detail = f" (field {error.extra['field']})" if "field" in error.extra and error.extra["field"] not in error.message else ""
-    print(f"tkbox {command}: {error.message}{detail}", file=sys.stderr)
+    """Report a refused call; the daemon's message may quote box or guest text, so it is shown escaped."""
+    field = error.extra.get("field")
+    detail = f" (field {safe_text(field)})" if field is not None and str(field) not in error.message else ""
+    print(f"tkbox {command}: {safe_text(error.message)}{detail}", file=sys.stderr)
     return 2
 
 
@@ -32,8 +35,10 @@ def _print_box(info: BoxInfo, as_json: bool) -> None:
     if as_json:
         print(json.dumps(info.to_json(), indent=2, sort_keys=True))
         return
-    print(f"{info.name}  id {info.id}  {info.state}{' (' + info.reason + ')' if info.reason else ''}\n"
-          f"  run {info.run_id or 'UNRECORDED'}  backend {info.backend}  workspace {info.workspace}")
+    reason = f" ({safe_text(info.reason)})" if info.reason else ""
+    print(f"{safe_text(info.name)}  id {safe_text(info.id)}  {safe_text(info.state)}{reason}\n"
+          f"  run {safe_text(info.run_id or 'UNRECORDED')}  backend {safe_text(info.backend)}  "
+          f"workspace {safe_text(info.workspace)}")
 
 
 def _run_parser() -> argparse.ArgumentParser:
@@ -210,7 +215,8 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
             if kind != "started" and terminal is not None:
                 terminal.restore()  # anything but output is printed on a sane terminal
             if kind == "decision" and message.get("verdict") == "flag":
-                print(f"tkbox: flagged by {', '.join(message['rule_ids'])}: {message['reason']}", file=sys.stderr)
+                print(f"tkbox: flagged by {_rules(message)}: {safe_text(message.get('reason', ''))}",
+                      file=sys.stderr)
             elif kind == "decision" and "TK-UNRECORDED" in message.get("rule_ids", []):
                 print("tkbox: WARNING: UNRECORDED — this daemon has no signer; nothing is decided or recorded",
                       file=sys.stderr)
@@ -221,16 +227,16 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
             elif kind == "started" and stream:
                 feeder = spawn(_feed_stdin(call), name="exec-stdin")
             elif kind == "denied":
-                hint = f"\n  hint: {message['hint']}" if message.get("hint") else ""
-                print(f"tkbox: denied by {', '.join(message['rule_ids'])}: {message['reason']}{hint}",
+                hint = f"\n  hint: {safe_text(message['hint'])}" if message.get("hint") else ""
+                print(f"tkbox: denied by {_rules(message)}: {safe_text(message.get('reason', ''))}{hint}",
                       file=sys.stderr)
                 return EXIT_DENIED
             elif kind == "error":
-                print(f"tkbox exec: {message['message']}", file=sys.stderr)
+                print(f"tkbox exec: {safe_text(message.get('message', ''))}", file=sys.stderr)
                 return EXIT_DENIED if message.get("code") == "exec_refused" else 2
             elif kind == "exit":
                 if message.get("error"):
-                    print(f"tkbox exec: {message['error']}", file=sys.stderr)
+                    print(f"tkbox exec: {safe_text(message['error'])}", file=sys.stderr)
                     return 2
                 return int(message["exit_code"])
         if terminal is not None:
@@ -249,6 +255,12 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
         if feeder is not None:
             feeder.cancel()
         await call.close()
+
+
+def _rules(message: dict[str, Any]) -> str:
+    """The rule ids of a decision, escaped (they name policy rules, but arrive with the rest of the message)."""
+    rule_ids = message.get("rule_ids")
+    return ", ".join(safe_text(rule) for rule in rule_ids) if isinstance(rule_ids, list) else safe_text(rule_ids)
 
 
 async def _feed_keys(call: Any, fd: int) -> None:
@@ -300,8 +312,9 @@ async def _ls(argv: list[str]) -> int:
         return 0
     print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7}  {'RUN':<28} WORKSPACE")
     for box in boxes:
-        print(f"{box.name:<20} {box.id:<13} {box.state:<9} {box.execs_running:>3}/{box.execs_total:<3}  "
-              f"{box.run_id or 'UNRECORDED':<28} {box.workspace}")
+        print(f"{safe_text(box.name):<20} {safe_text(box.id):<13} {safe_text(box.state):<9} "
+              f"{safe_text(box.execs_running):>3}/{safe_text(box.execs_total):<3}  "
+              f"{safe_text(box.run_id or 'UNRECORDED'):<28} {safe_text(box.workspace)}")
     return 0
 
 
@@ -323,17 +336,29 @@ async def _diff(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="tkbox diff", description="Print a box's changes as a git-format patch "
                                                                    "(live while running, saved once stopped).")
     parser.add_argument("box")
-    parser.add_argument("--json", action="store_true", help="print JSON with the file summary")
+    output = parser.add_mutually_exclusive_group()
+    output.add_argument("--json", action="store_true", help="print JSON with the file summary")
+    output.add_argument("--raw", action="store_true",
+                        help="write the patch byte for byte, for a file or git apply; refused when stdout is a "
+                             "terminal (without it, control characters in the patch are shown escaped)")
     args = parser.parse_args(argv)
+    if args.raw and sys.stdout.isatty():
+        print("tkbox diff: --raw writes the box's bytes as they are and stdout is a terminal, which they could "
+              "drive; redirect it (tkbox diff BOX --raw > box.patch) or drop --raw to see the patch escaped",
+              file=sys.stderr)
+        return 2
     async with DaemonClient() as client:
         try:
-            reply = await client.diff(args.box)
+            reply = await client.diff(args.box) if args.json else await client.diff_patch(args.box)
         except DaemonError as error:
             return _fail(error, "diff")
     if args.json:
-        print(json.dumps(reply, indent=2, sort_keys=True))
+        print(json.dumps(reply, indent=2, sort_keys=True))  # ensure_ascii: every control and non-ASCII is \uXXXX
+    elif args.raw:
+        sys.stdout.buffer.write(reply)
+        sys.stdout.buffer.flush()
     else:
-        sys.stdout.write(reply["patch"])
+        sys.stdout.write(safe_lines(reply))  # lines and tabs kept; ESC, CR, bidi controls… shown as escapes
     return 0
 
 
@@ -347,10 +372,9 @@ async def _events(argv: list[str]) -> int:
 
     def show(event: Any) -> None:
         if args.json:
-            print(json.dumps(event.to_json(), sort_keys=True), flush=True)
+            print(json.dumps(event.to_json(), sort_keys=True), flush=True)  # ensure_ascii: ASCII only, no control
         else:
-            data = " ".join(f"{k}={json.dumps(v)}" for k, v in event.data.items())
-            print(f"{event.seq:>6} {event.time} {event.box_id or '-':<12} {event.kind:<20} {data}", flush=True)
+            print(event_text_line(event), flush=True)
 
     async with DaemonClient() as client:
         try:
@@ -363,6 +387,14 @@ async def _events(argv: list[str]) -> int:
         except DaemonError as error:
             return _fail(error, "events")
     return 0
+
+
+def event_text_line(event: Event) -> str:
+    """One event as ``tkbox events`` prints it: every field escaped, each value as ASCII-only JSON (which escapes
+    control characters and non-ASCII as ``\\uXXXX``), so no box text reaches the terminal raw."""
+    data = " ".join(f"{safe_text(key)}={json.dumps(value)}" for key, value in event.data.items())
+    return (f"{event.seq:>6} {safe_text(event.time)} {safe_text(event.box_id or '-'):<12} "
+            f"{safe_text(event.kind):<20} {data}")
 
 
 COMMANDS = {

@@ -23,6 +23,7 @@ from tkbox_daemon.signer.control import up as signer_up
 from tkbox_daemon.signer.paths import PathError, SignerPaths
 
 from ..client import DaemonClient, DaemonError
+from ..terminal_text import safe_text
 
 DEMO_BOX = "demo"
 
@@ -51,7 +52,7 @@ def up_main(argv: list[str]) -> int:
         print(f"tkbox up: {exc}", file=sys.stderr)
         return 2
     except DaemonError as exc:
-        print(f"tkbox up: the demo box could not be created: {exc.message}", file=sys.stderr)
+        print(f"tkbox up: the demo box could not be created: {safe_text(exc.message)}", file=sys.stderr)
         return 2
     summary = {"signer": {"pid": signer["pid"], "started": signer["started"]},
                "daemon": {"started": daemon["started"], "backend": daemon.get("backend")}, "demo_box": demo}
@@ -60,7 +61,7 @@ def up_main(argv: list[str]) -> int:
         return 0
     if args.no_console:
         print(f"signer {'started' if signer['started'] else 'running'}, daemon "
-              f"{'started' if daemon['started'] else 'running'}" + (f", box {demo} created" if demo else ""))
+              f"{'started' if daemon['started'] else 'running'}" + (f", box {safe_text(demo)} created" if demo else ""))
         return 0
     return console_main([])
 

@@ -27,6 +27,7 @@ from textual.worker import Worker, WorkerState
 from tkbox_daemon.wire import Event
 
 from ..client import DaemonError
+from ..terminal_text import safe_text
 from .box_actions import BoxActionsMixin
 from .client_protocol import ConsoleClient
 from .command_mode import CommandError, parse_command
@@ -35,7 +36,7 @@ from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
 from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
-from .present import connection_label
+from .present import connection_label, textual_markup_literal
 from .screens import HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
@@ -207,14 +208,14 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
             if fresh:
                 log.write_lines(fresh)
         self._rendered_seq = state.last_seq
-        scope = f" of {state.selected_box.name}" if state.scope_to_selected and state.selected_box else ""
-        title.update(f"Events{scope}  ({state.events_seen} received)")
+        scope = f" of {safe_text(state.selected_box.name)}" if state.scope_to_selected and state.selected_box else ""
+        title.update(Text(f"Events{scope}  ({state.events_seen} received)"))  # Text: a box name is no markup
         follow_status.update(Text(connection_label(  # Text: a regex is no markup
             state.connected, state.disconnect_reason, state.following, state.new_while_paused,
             state.event_filter.describe(), state.event_filter.inverted)))
-        banner.update("tkbox console" if state.connected else
-                      f"DISCONNECTED: {state.disconnect_reason or 'connecting to the daemon…'}  — still retrying; "
-                      "what you see may be out of date")
+        banner.update(Text("tkbox console" if state.connected else
+                           f"DISCONNECTED: {safe_text(state.disconnect_reason or 'connecting to the daemon…')}  — "
+                           "still retrying; what you see may be out of date"))
 
     # -- selection, follow, filter, scope -------------------------------------------------------------------
 
@@ -323,10 +324,11 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         yield SystemCommand("box: New", "Create a box from a form", self.action_new_box)
         box = self.state.selected_box
         if box is not None and isinstance(screen, MainScreen):
-            yield SystemCommand("box: Exec", f"Run a command in {box.name}", self.action_exec_box)
-            yield SystemCommand("box: Shell", f"Open a shell in {box.name}", self.action_open_shell)
-            yield SystemCommand("box: Stop", f"Stop {box.name} (asks first)", self.action_stop_box)
-            yield SystemCommand("box: Remove", f"Remove {box.name} (asks first)", self.action_remove_box)
+            box_name = textual_markup_literal(safe_text(box.name))  # the palette reads help text as markup
+            yield SystemCommand("box: Exec", f"Run a command in {box_name}", self.action_exec_box)
+            yield SystemCommand("box: Shell", f"Open a shell in {box_name}", self.action_open_shell)
+            yield SystemCommand("box: Stop", f"Stop {box_name} (asks first)", self.action_stop_box)
+            yield SystemCommand("box: Remove", f"Remove {box_name} (asks first)", self.action_remove_box)
         yield SystemCommand("view: Follow events", "Resume following the event stream", self.action_follow_events)
         for name in self.console_theme_names:
             yield SystemCommand(f"theme: {name}", f"Switch to the {name} theme",
@@ -342,7 +344,8 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
     def report_worker_failure(self, event: Worker.StateChanged) -> None:
         if event.state is WorkerState.ERROR:
             error = event.worker.error
-            self.notify(f"{event.worker.group}: {error}", title="console error", severity="error", timeout=10)
+            self.notify(f"{event.worker.group}: {safe_text(error)}", title="console error", severity="error",
+                        timeout=10, markup=False)
             if event.worker.group == "exec":
                 self.main_screen.query_one(ExecPanel).set_running(False)
 

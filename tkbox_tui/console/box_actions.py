@@ -1,5 +1,9 @@
 """``BoxActionsMixin``: the App's side of creating, stopping and removing boxes — the form or the confirm first,
-then the daemon call in a worker, then one notification with the result."""
+then the daemon call in a worker, then one notification with the result.
+
+Box names and the daemon's error messages are box-controlled: they are shown escaped, and notifications take no
+markup.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 from textual import work
 
 from ..client import DaemonError
+from ..terminal_text import safe_text
 from .messages import BoxActionFinished
 from .screens import ConfirmModal, NewBoxScreen
 
@@ -33,14 +38,14 @@ class BoxActionsMixin:
         app: Any = self
         box = app._selected_or_warn()
         if box is not None:
-            app.push_screen(ConfirmModal(f"Stop box {box.name}? Running commands end.", "Stop"),
+            app.push_screen(ConfirmModal(f"Stop box {safe_text(box.name)}? Running commands end.", "Stop"),
                             lambda yes: self._call_box_action("stop", box.id) if yes else None)
 
     def action_remove_box(self) -> None:
         app: Any = self
         box = app._selected_or_warn()
         if box is not None:
-            app.push_screen(ConfirmModal(f"Remove box {box.name}? Its state is deleted; the record stays.",
+            app.push_screen(ConfirmModal(f"Remove box {safe_text(box.name)}? Its state is deleted; the record stays.",
                                          "Remove"),
                             lambda yes: self._call_box_action("remove", box.id) if yes else None)
 
@@ -64,13 +69,15 @@ class BoxActionsMixin:
         """Say how a create, stop or remove ended, and show the box as the daemon now describes it."""
         app: Any = self
         if message.error:
-            where = f" (field {message.error_field})" if message.error_field else ""
-            app.notify(f"{message.action} failed: {message.error}{where}", severity="error", timeout=10)
+            where = f" (field {safe_text(message.error_field)})" if message.error_field else ""
+            app.notify(f"{message.action} failed: {safe_text(message.error)}{where}", severity="error", timeout=10,
+                       markup=False)
             return
         if message.box is not None:
             if message.action == "remove":
                 app.state.boxes.pop(message.box.id, None)
             else:
                 app.state.update_box(message.box)
-            app.notify(f"{message.action}: {message.box.name} is {message.box.state}")
+            app.notify(f"{message.action}: {safe_text(message.box.name)} is {safe_text(message.box.state)}",
+                       markup=False)
         app._render_now()

@@ -1,5 +1,9 @@
 """``ExecActionsMixin``: the App's side of the exec panel (run a command in the selected box, stream its output,
-interrupt it) and of the ``s`` shell (probe for pty support off the UI thread, then run with the console suspended)."""
+interrupt it) and of the ``s`` shell (probe for pty support off the UI thread, then run with the console suspended).
+
+Everything the panel shows from the box is escaped first: the output through one ``SafeStreamDecoder`` per stream
+(a character split between two chunks stays whole), the daemon's reasons and errors through ``safe_text``.
+"""
 
 from __future__ import annotations
 
@@ -8,6 +12,7 @@ from typing import Any
 from textual import work
 
 from ..client import DaemonError
+from ..terminal_text import SafeStreamDecoder, safe_text
 from . import shell
 from .messages import ExecEnded, ExecOutputReceived
 from .widgets import BoxTable, ExecPanel
@@ -51,26 +56,30 @@ class ExecActionsMixin:
         call = app.client.exec(box_id)
         self._exec_call = call
         ended = ExecEnded("the exec ended without an exit status")
+        decoders = {"stdout": SafeStreamDecoder(), "stderr": SafeStreamDecoder()}
         try:
             await call.start(argv)
             async for item in call.messages():
                 if isinstance(item, tuple):
-                    stream, data = item
-                    app.post_message(ExecOutputReceived(data.decode("utf-8", "replace"),
-                                                        "stderr" if stream == 2 else "stdout"))
+                    stream_no, data = item
+                    stream = "stderr" if stream_no == 2 else "stdout"
+                    app.post_message(ExecOutputReceived(decoders[stream].feed(data), stream))
                 elif item.get("type") == "decision":
                     app.post_message(ExecOutputReceived(
-                        f"[decision: {item.get('verdict', '?')} {item.get('reason', '')}]\n".replace(" ]", "]"),
-                        "status"))
+                        f"[decision: {safe_text(item.get('verdict', '?'))} {safe_text(item.get('reason', ''))}]\n"
+                        .replace(" ]", "]"), "status"))
                 elif item.get("type") == "denied":
-                    ended = ExecEnded(f"denied: {item.get('reason', 'no reason given')}", 126, dict(item))
+                    ended = ExecEnded(f"denied: {safe_text(item.get('reason', 'no reason given'))}", 126, dict(item))
                 elif item.get("type") == "exit":
                     code = item.get("exit_code")
-                    ended = ExecEnded(f"exit {code}" + (" (timed out)" if item.get("timed_out") else ""), code,
-                                      dict(item))
+                    ended = ExecEnded(f"exit {safe_text(code)}" + (" (timed out)" if item.get("timed_out") else ""),
+                                      code, dict(item))
         except DaemonError as exc:
-            ended = ExecEnded(f"exec failed: {exc.message}")
+            ended = ExecEnded(f"exec failed: {safe_text(exc.message)}")
         finally:
+            for stream, decoder in decoders.items():
+                if held := decoder.feed(b"", final=True):  # an incomplete character at the very end
+                    app.post_message(ExecOutputReceived(held, stream))
             self._exec_call = None
             await call.close()
         app.post_message(ended)

@@ -1,13 +1,22 @@
-"""Pure presentation: box and event → table cells, log lines, labels and hyphen state classes (no widgets)."""
+"""Pure presentation: box and event → table cells, log lines, labels and hyphen state classes (no widgets).
+
+Every piece of box-controlled text (names, reasons, paths, event kinds and data) leaves here through
+``safe_text``: control characters, escape sequences and invisible format characters are shown as escapes
+(``\\x1b``, ``\\u202e``), never passed to the terminal.  Rich markup is the widgets' business: they show these
+strings as ``Text`` (or markup-escaped where a widget insists on parsing markup).
+"""
 
 from __future__ import annotations
 
+import re
 from datetime import datetime
 from typing import Any
 
 from rich.text import Text
 
 from tkbox_daemon.wire import BoxInfo, Event
+
+from ..terminal_text import clip, safe_text
 
 BOX_COLUMNS = ("name", "state", "image", "age", "left", "execs", "conns", "approvals", "last event")
 # Kinds whose log lines stand out: the daemon refused or could not record something.
@@ -54,63 +63,99 @@ def state_class(state: str) -> str:
     return f"-{state}" if state else "-unknown"
 
 
-def state_cell(state: str, theme_variables: dict[str, str]) -> Text:
-    """The state cell, coloured with the theme's ``box-<state>`` token."""
-    return Text(state or "?", style=theme_variables.get(f"box-{state}", ""))
+def state_cell(shown_state: str, theme_variables: dict[str, str]) -> Text:
+    """The state cell for ``shown_state`` (the escaped state of ``box_cells``), coloured with the theme's
+    ``box-<state>`` token; a ``Text``, so never read as markup."""
+    return Text(shown_state or "?", style=theme_variables.get(f"box-{shown_state}", ""))
 
 
 def box_cells(box: BoxInfo, now: datetime) -> tuple[str, ...]:
-    """The row for one box, in ``BOX_COLUMNS`` order (state as plain text; the table colours it)."""
+    """The row for one box, in ``BOX_COLUMNS`` order (state as plain text; the table colours it), escaped."""
     return (
-        box.name,
-        box.state,
-        box.image,
+        safe_text(box.name),
+        safe_text(box.state),
+        safe_text(box.image),
         box_age(box, now),
         box_time_left(box, now),
-        f"{box.execs_running}/{box.execs_total}",
-        str(box.connections_open),
-        str(box.approvals_pending),
-        box.last_event or "-",
+        f"{safe_text(box.execs_running)}/{safe_text(box.execs_total)}",
+        safe_text(box.connections_open),
+        safe_text(box.approvals_pending),
+        safe_text(box.last_event or "-"),
     )
 
 
 def describe_data(data: dict[str, Any], limit: int = 120) -> str:
-    """An event payload as ``key=value`` pairs, truncated (full text is in the daemon's history)."""
-    text = " ".join(f"{key}={value}" for key, value in data.items())
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+    """An event payload as ``key=value`` pairs, escaped, truncated (full text is in the daemon's history).
+
+    A string value shows as its escaped text; any other value as its Python ``str``, escaped.  The cut never
+    falls inside an escape.  Each key and value is cut to ``limit`` characters before it is escaped (escaping
+    only lengthens text, so the cut is never shown), which bounds the work for a huge payload.
+    """
+
+    def head(value: object) -> str:
+        return safe_text((value if isinstance(value, str) else str(value))[:limit])
+
+    return clip(" ".join(f"{head(key)}={head(value)}" for key, value in data.items()), limit)
 
 
 def event_line(event: Event, box_name: str | None) -> str:
-    """One log line: time, sequence number, box, kind and payload, as plain text."""
-    clock = event.time[11:19] if len(event.time) >= 19 else event.time
-    who = box_name or event.box_id or "daemon"
-    return f"{clock} #{event.seq:<6} {who:<16} {event.kind:<20} {describe_data(event.data)}".rstrip()
+    """One log line: time, sequence number, box, kind and payload, as plain text with box text escaped."""
+    clock = safe_text(event.time[11:19] if len(event.time) >= 19 else event.time)
+    who = safe_text(box_name or event.box_id or "daemon")
+    return f"{clock} #{event.seq:<6} {who:<16} {safe_text(event.kind):<20} {describe_data(event.data)}".rstrip()
 
 
 def box_detail_lines(box: BoxInfo) -> list[tuple[str, str]]:
-    """The detail pane as (label, value) pairs; secrets show names and bound hosts, never values."""
-    secrets = ", ".join(f"{s.get('name', '?')} → {','.join(s.get('hosts', []))}" for s in box.secrets) or "none"
-    limits = ", ".join(f"{key}={value}" for key, value in sorted(box.limits.items())) or "defaults"
+    """The detail pane as (label, value) pairs, values escaped; secrets show names and bound hosts, never values."""
+    secrets = ", ".join(f"{safe_text(s.get('name', '?'))} → {','.join(safe_text(h) for h in s.get('hosts', []))}"
+                        for s in box.secrets) or "none"
+    limits = ", ".join(f"{safe_text(key)}={safe_text(value)}" for key, value in sorted(box.limits.items()))
     return [
-        ("name", box.name),
-        ("id", box.id),
-        ("state", box.state + (f" ({box.reason})" if box.reason else "")),
-        ("image", box.image),
-        ("backend", box.backend or "-"),
-        ("workspace", box.workspace),
-        ("run id", box.run_id or "UNRECORDED"),
-        ("allow", ", ".join(box.allow) or "nothing"),
+        ("name", safe_text(box.name)),
+        ("id", safe_text(box.id)),
+        ("state", safe_text(box.state) + (f" ({safe_text(box.reason)})" if box.reason else "")),
+        ("image", safe_text(box.image)),
+        ("backend", safe_text(box.backend or "-")),
+        ("workspace", safe_text(box.workspace)),
+        ("run id", safe_text(box.run_id or "UNRECORDED")),
+        ("allow", ", ".join(safe_text(host) for host in box.allow) or "nothing"),
         ("secrets", secrets),
-        ("limits", limits),
-        ("created", box.created_at or "-"),
-        ("expires", box.expires_at or "-"),
+        ("limits", limits or "defaults"),
+        ("created", safe_text(box.created_at or "-")),
+        ("expires", safe_text(box.expires_at or "-")),
     ]
+
+
+_RICH_TAG = re.compile(r"(\\*)(\[[a-z#/@][^[]*?])")  # what Rich's markup parser takes for a tag
+
+
+def rich_markup_literal(text: str) -> str:
+    """``text`` for a place that Rich reads as markup (a ``DataTable`` cell given as ``str``), so that it shows as
+    itself.  ``rich.markup.escape`` alone does not round-trip: Rich also turns ``\\[`` into ``[`` outside tags.
+    So a tag-like ``[...]`` after n backslashes gets 2n + 1 (as ``escape`` does), and any other ``[`` one; a test
+    holds Rich to it.  (Rich's ``:emoji:`` codes are not markup and stay: Rich replaces them in a ``str`` cell.)"""
+    pieces, position = [], 0
+    for tag in _RICH_TAG.finditer(text):
+        backslashes, bracketed = tag.groups()
+        pieces += [text[position:tag.start()].replace("[", "\\["), f"{backslashes}{backslashes}\\{bracketed}"]
+        position = tag.end()
+    pieces.append(text[position:].replace("[", "\\["))
+    return "".join(pieces)
+
+
+def textual_markup_literal(text: str) -> str:
+    """``text`` for a place that Textual reads as its own markup (the command palette's help text), so that it shows
+    as itself: every ``[`` is written ``\\[``.  Textual's parser takes ``\\[`` as ``[`` whatever precedes it and
+    leaves other backslashes alone, so this round-trips where ``markup.escape`` does not (it misses ``[$var]`` and
+    doubles backslashes before a tag); a test holds Textual to it."""
+    return text.replace("[", "\\[")
 
 
 def connection_label(connected: bool, reason: str, following: bool, new_count: int, filter_text: str,
                      filter_inverted: bool = False) -> str:
     """The status line under the log: connection, follow state and filter (``!`` included), in words."""
-    link = "connected" if connected else f"DISCONNECTED from the daemon — retrying ({reason or 'no answer'})"
+    link = ("connected" if connected else
+            f"DISCONNECTED from the daemon — retrying ({safe_text(reason or 'no answer')})")
     follow = "FOLLOWING" if following else f"PAUSED  +{new_count} new  (f or G to follow)"
     inverted = "  (inverted: showing events that do not match)" if filter_inverted else ""
     return f"{link}  │  {follow}" + (f"  │  filter: {filter_text}{inverted}" if filter_text else "")

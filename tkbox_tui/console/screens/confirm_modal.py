@@ -1,7 +1,11 @@
-"""``ConfirmModal``: yes or no before a destructive action; the safe button (No) has the focus."""
+"""``ConfirmModal``: yes or no before a destructive action; the safe button (No) has the focus.
+
+The question is shown as ``Text``, never read as markup: it names a box, whose text the caller has escaped.
+"""
 
 from __future__ import annotations
 
+from rich.text import Text
 from textual import on
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
@@ -33,7 +37,7 @@ class ConfirmModal(ModalScreen[bool]):
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label(self.question, id="confirm-question")
+            yield Label(Text(self.question), id="confirm-question")
             with Horizontal():
                 yield Button(f"{self.yes_label} (y)", variant="error", id="confirm-yes")
                 yield Button("No (n)", variant="primary", id="confirm-no")

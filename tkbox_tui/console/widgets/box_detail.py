@@ -1,8 +1,12 @@
-"""``BoxDetail``: the selected box's settings, allowlist, secret names with hosts (never values), limits and run."""
+"""``BoxDetail``: the selected box's settings, allowlist, secret names with hosts (never values), limits and run.
+
+Values arrive escaped from ``present.box_detail_lines`` and are shown as ``Text``: never read as Rich markup.
+"""
 
 from __future__ import annotations
 
 from rich.table import Table
+from rich.text import Text
 from textual.widgets import Static
 
 from tkbox_daemon.wire import BoxInfo
@@ -25,5 +29,5 @@ class BoxDetail(Static):
         table.add_column(style="bold", no_wrap=True)
         table.add_column(overflow="fold")
         for label, value in box_detail_lines(box):
-            table.add_row(label, value)
+            table.add_row(label, Text(value))
         self.update(table)

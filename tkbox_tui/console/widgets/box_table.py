@@ -1,4 +1,9 @@
-"""``BoxTable``: the boxes, one row per box id, updated cell by cell (never cleared and refilled)."""
+"""``BoxTable``: the boxes, one row per box id, updated cell by cell (never cleared and refilled).
+
+``DataTable`` reads a ``str`` cell as Rich markup, so every text cell (already escaped by ``present.box_cells``)
+is written as literal markup too (``rich_markup_literal``): a box's text shows as itself, never as styles or
+links.
+"""
 
 from __future__ import annotations
 
@@ -10,7 +15,7 @@ from textual.widgets import DataTable
 
 from tkbox_daemon.wire import BoxInfo
 
-from ..present import BOX_COLUMNS, box_cells, state_cell
+from ..present import BOX_COLUMNS, box_cells, rich_markup_literal, state_cell
 
 
 class BoxTable(DataTable[object]):
@@ -47,7 +52,7 @@ class BoxTable(DataTable[object]):
         for box_id, box in boxes.items():
             cells = box_cells(box, now)
             shown = self._shown_cells.get(box_id)
-            rendered = [state_cell(cell, theme_variables) if column == "state" else cell
+            rendered = [state_cell(cell, theme_variables) if column == "state" else rich_markup_literal(cell)
                         for column, cell in zip(BOX_COLUMNS, cells, strict=True)]
             if shown is None:
                 self.add_row(*rendered, key=box_id)

@@ -1,15 +1,21 @@
-"""``ExecPanel``: run a command in the selected box; its output streams in, Ctrl-C interrupts it."""
+"""``ExecPanel``: run a command in the selected box; its output streams in, Ctrl-C interrupts it.
+
+What it shows arrives escaped (``terminal_text``): the App decodes the command's output with a
+``SafeStreamDecoder``, and the ``Log`` it writes to reads no markup.
+"""
 
 from __future__ import annotations
 
 import shlex
 from dataclasses import dataclass
 
+from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import Vertical
 from textual.message import Message
 from textual.widgets import Input, Label, Log
 
+from ...terminal_text import safe_text
 from ..keymap import bindings_for
 
 
@@ -53,11 +59,12 @@ class ExecPanel(Vertical):
 
     def open_for(self, box_id: str, box_name: str) -> None:
         self.box_id = box_id
-        self.query_one("#exec-title", Label).update(f"exec in {box_name}")
+        self.query_one("#exec-title", Label).update(Text(f"exec in {safe_text(box_name)}"))
         self.add_class("-open")
         self.query_one("#exec-argv", Input).focus()
 
     def write(self, text: str) -> None:
+        """Append ``text``, which the caller has escaped (``safe_lines`` or ``SafeStreamDecoder``)."""
         self.query_one("#exec-output", Log).write(text)
 
     def set_running(self, running: bool) -> None:
@@ -71,11 +78,11 @@ class ExecPanel(Vertical):
         try:
             argv = shlex.split(event.value)
         except ValueError as exc:
-            self.write(f"! {exc}\n")
+            self.write(f"! {safe_text(exc)}\n")
             return
         if argv and not self.running:
             event.input.value = ""
-            self.write(f"$ {shlex.join(argv)}\n")
+            self.write(f"$ {safe_text(shlex.join(argv))}\n")
             self.post_message(self.RunRequested(self.box_id, argv))
 
     def action_interrupt(self) -> None:
