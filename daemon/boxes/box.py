@@ -10,27 +10,25 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
-import json
 import os
 import shutil
 import sys
 import time
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, BinaryIO
+from typing import TYPE_CHECKING, Any
 
 from .. import limits
 from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused
-from ..fsutil import write_atomically
-from ..patch import PatchError, PatchSummary, compute_patch
+from ..patch import PatchError
 from ..tasks import spawn
 from ..wire import BoxInfo
 from .channels import AgentListener, BootServer
 from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
+from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
 from .settings import BoxSettings
 
@@ -40,7 +38,6 @@ if TYPE_CHECKING:
 GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
 GUEST_CONNECT_TIMEOUT = 20.0
 SHUTDOWN_GRACE = 5.0
-PATCH_EXTRA_ENTRIES = 10_000  # files a job may add beyond twice the workspace's own count
 EARLY_POLL_PERIOD = 60.0
 
 
@@ -74,6 +71,7 @@ class Box:
         self.state_dir = manager.config.paths.box_state(box_id)
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
+        self.patches = BoxPatches(self.layers_dir, self.state_dir, settings)
         self.recorder: RunRecorder | None = None
         self.process: BoxProcess | None = None
         self.link: GuestLink | None = None
@@ -261,41 +259,25 @@ class Box:
         self.execs.discard(session)
 
     # ---- patch ----------------------------------------------------------------------------
-    # The patch is the host's: computed from the overlay's layers (host directories) by ``daemon/patch``, never
-    # taken from the guest, whose word about it would be worth nothing (docs/guest.md).
-    def _compute_patch(self, out: BinaryIO | Path) -> PatchSummary:
-        return compute_patch(self.layers_dir / "upper", self.layers_dir / "base", out,
-                             max_bytes=limits.PATCH_SIZE.default,
-                             max_entries=2 * self.settings.limit("workspace_files") + PATCH_EXTRA_ENTRIES,
-                             deadline=time.monotonic() + limits.PATCH_TIME.default)
-
     async def live_patch(self) -> tuple[bytes, list[dict[str, Any]]]:
-        """The patch of a running box as its layers are now (a job still writing may make it fail: say so)."""
+        """The patch of a running box as its layers are now (``patches.BoxPatches``)."""
         if self.state not in ("running", "held", "stopping"):
             raise BoxOperationError(409, "box_not_running", "the box is not running; its saved patch is shown")
-        buffer = io.BytesIO()
         try:
-            summary = await asyncio.to_thread(self._compute_patch, buffer)
+            return await self.patches.live()
         except PatchError as exc:
             raise BoxOperationError(409, "patch_unavailable", f"the patch could not be made: {exc}") from None
-        return buffer.getvalue(), [entry.to_json() for entry in summary.files]
 
     def saved_patch(self) -> tuple[bytes, list[dict[str, Any]]] | None:
-        try:
-            patch = (self.state_dir / "patch.diff").read_bytes()
-            summary = json.loads((self.state_dir / "patch-summary.json").read_text())
-        except OSError:
-            return None
-        return patch, summary["files"]
+        return self.patches.saved()
 
     async def _save_patch(self) -> None:
         """Once no process of the box runs any more, so nothing changes under the walk."""
         try:
-            summary = await asyncio.to_thread(self._compute_patch, self.state_dir / "patch.diff")
+            summary = await self.patches.save()
         except (PatchError, OSError) as exc:
             self.emit("gap", {"kind": "patch", "reason": f"the patch could not be made: {exc}"})
             return
-        write_atomically(self.state_dir / "patch-summary.json", json.dumps(summary.to_json(), indent=1).encode())
         self.emit("patch.saved", {"files": len(summary.files), "size": summary.size, "sha256": summary.sha256})
 
     # ---- stopping ----------------------------------------------------------------------
