@@ -101,3 +101,17 @@ def test_stop_of_a_silent_guest_kills_the_box_after_its_grace_and_names_the_unan
     assert "the guest did not answer shutdown (request" in box["reason"] and "killed the box" in box["reason"]
     diff = subprocess.run([TKBOX, "diff", "mute", "--raw"], capture_output=True, timeout=BOUND_S)
     assert diff.returncode == 0 and b"+changed" in diff.stdout
+
+
+def test_a_guest_killed_for_memory_is_reported_as_such_not_as_a_protocol_error(daemon):
+    tkbox_json("run", "--name", "full", "--workspace", str(daemon["checkout"]), "--memory", "64M")
+    # tmpfs pages count against the box's memory but belong to no process: the kernel kills the biggest one
+    subprocess.run([TKBOX, "exec", "full", "--", "sh", "-c", "head -c 128M /dev/zero > /tmp/fill"],
+                   capture_output=True, timeout=BOUND_S)
+    box = _box("full")
+    assert box["state"] == "failed"
+    kinds = [event["kind"] for event in events("full")]
+    assert "guest.protocol_error" not in kinds
+    # whichever the host saw first, PID 1's exit or its channel's end, the reason is what the host saw
+    assert "ended with signal 9" in box["reason"], box["reason"]
+    assert "the box's memory limit made the kernel kill" in box["reason"], box["reason"]

@@ -172,6 +172,7 @@ class SupervisedBox(BoxProcess):
             self._init_pidfd = None
         await self.log.finished()
         if self.cgroup is not None:
+            self._final_cgroup_stats = self.cgroup.stats()  # what the box's end looked like (oom kills, peak)
             await self._remove_cgroup(self.cgroup)
         self.returncode = exit_code_from_wait_status(status)
         return self.returncode
@@ -256,7 +257,8 @@ class SupervisedBox(BoxProcess):
         out: dict[str, object] = {"backend": self.backend, "pid": self.pid, "paused": self.paused,
                                   "running": self.returncode is None}
         if self.cgroup is not None:
-            out.update(self.cgroup.stats())
+            ended = getattr(self, "_final_cgroup_stats", None)
+            out.update(ended if self.returncode is not None and ended is not None else self.cgroup.stats())
         if "pids" not in out and self.returncode is None:
             out["pids"] = len(self.namespace_pids())
         out["log_bytes"] = self.log.written

@@ -37,7 +37,7 @@ if TYPE_CHECKING:
 
 GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
 GUEST_CONNECT_TIMEOUT = 20.0
-SHUTDOWN_GRACE = 5.0
+GUEST_END_WAIT = 2.0  # seconds to wait for PID 1's exit status once its channel has ended
 EARLY_POLL_PERIOD = 60.0
 
 
@@ -48,6 +48,10 @@ class BoxOperationError(RuntimeError):
         super().__init__(message)
         self.status = status
         self.code = code
+
+
+def _exit_words(code: int) -> str:
+    return f"signal {code - 128}" if code > 128 else f"exit status {code}"
 
 
 def _iso(moment: datetime) -> str:
@@ -364,15 +368,38 @@ class Box:
     def _guest_failed(self, reason: str) -> None:
         if self.state in ("stopping", "stopped", "failed", "removed"):
             return
-        self.emit("guest.protocol_error", {"reason": reason})
-        spawn(self.fail(f"guest agent: {reason}"), name=f"box-fail-{self.id}")
+        if self.link is not None and self.link.broke_protocol:
+            self.emit("guest.protocol_error", {"reason": reason})
+            spawn(self.fail(f"guest agent: {reason}"), name=f"box-fail-{self.id}")
+        else:  # the guest's channel ended: say how its process ended, when the host can see it
+            spawn(self._guest_ended(reason), name=f"box-fail-{self.id}")
+
+    async def _guest_ended(self, reason: str) -> None:
+        """The guest closed its channel or it broke: what the host itself sees of PID 1 (its exit status and the
+        box's out-of-memory kills, within a short bound) goes into the reason, so an out-of-memory kill is not
+        mistaken for a protocol error."""
+        code = None
+        if self.process is not None:
+            with contextlib.suppress(TimeoutError):
+                code = await asyncio.wait_for(self.process.wait(), GUEST_END_WAIT)
+        seen = self._host_view_of_the_end(code)
+        self.emit("guest.ended", {"reason": reason, **({"seen": seen} if seen else {})})
+        await self.fail(f"guest agent: {reason}" + (f" ({seen})" if seen else ""))
+
+    def _host_view_of_the_end(self, code: int | None) -> str:
+        """How PID 1 ended, and the box's out-of-memory kills, as the host sees them (not as the guest says)."""
+        seen = [f"its process ended with {_exit_words(code)}"] if code is not None else []
+        oom_kills = self.process.stats().get("oom_kills") if self.process is not None else None
+        if oom_kills:
+            seen.append(f"the box's memory limit made the kernel kill {oom_kills} process(es)")
+        return "; ".join(seen)
 
     # ---- background watchers -----------------------------------------------------------
     async def _watch_process(self) -> None:
         assert self.process is not None
         code = await self.process.wait()
         if self.state in ("running", "held"):
-            await self.fail(f"the box's init process ended (exit {code})")
+            await self.fail(f"the box's init process (the guest agent) ended: {self._host_view_of_the_end(code)}")
 
     async def _lifetime(self) -> None:
         await asyncio.sleep(self.settings.limit("lifetime"))

@@ -91,6 +91,7 @@ class GuestLink:
         self._next_id = 1
         self._write_lock = asyncio.Lock()
         self.failure: str | None = None
+        self.broke_protocol = False  # the failure was a protocol violation (else the channel closed or broke)
         self.late_replies = 0  # frames the guest sent for abandoned requests, dropped
         self.timeouts = 0  # requests that ran past their deadline
         self._task = spawn(self._read_loop(), name="guest-link")
@@ -240,6 +241,7 @@ class GuestLink:
                 for frame in self._decoder.feed(data):
                     self._dispatch(frame)  # never waits: no reader can stall the channel
         except wire.ProtocolError as exc:
+            self.broke_protocol = not self.failure
             self._fail(f"the guest broke the protocol: {exc}")
         except GuestFailure as exc:
             self._fail(str(exc))

@@ -8,6 +8,7 @@ strings as ``Text`` (or markup-escaped where a widget insists on parsing markup)
 
 from __future__ import annotations
 
+import json
 import re
 from datetime import datetime
 from typing import Any
@@ -21,7 +22,7 @@ from ..terminal_text import clip, safe_text
 BOX_COLUMNS = ("name", "state", "image", "age", "left", "execs", "conns", "approvals", "last event")
 # Kinds whose log lines stand out: the daemon refused or could not record something.
 ALERT_KINDS = frozenset({"exec.denied", "exec.refused", "box.failed", "gap", "signer.unavailable",
-                         "daemon.unrecorded", "guest.protocol_error"})
+                         "daemon.unrecorded", "guest.protocol_error", "guest.ended"})
 
 
 def parse_time(value: str) -> datetime | None:
@@ -84,25 +85,81 @@ def box_cells(box: BoxInfo, now: datetime) -> tuple[str, ...]:
     )
 
 
-def describe_data(data: dict[str, Any], limit: int = 120) -> str:
-    """An event payload as ``key=value`` pairs, escaped, truncated (full text is in the daemon's history).
+DRAWN_DATA_LIMIT = 120
+"""The characters of an event's payload its log line draws (the filter searches all of it: ``event_search_text``)."""
+SEARCH_VALUE_LIMIT = 65_536
+"""The characters of each key and each value of a payload that the filter searches; bounds the work per event."""
 
-    A string value shows as its escaped text; any other value as its Python ``str``, escaped.  The cut never
-    falls inside an escape.  Each key and value is cut to ``limit`` characters before it is escaped (escaping
-    only lengthens text, so the cut is never shown), which bounds the work for a huge payload.
-    """
+
+def value_text(value: object) -> str:
+    """A payload value as text, unescaped: a string as itself, anything else as JSON (``null``, ``false``,
+    ``["net.deny"]``, ``{"outcome": "reported"}``), spelled as ``tkbox events`` spells it."""
+    if isinstance(value, str):
+        return value
+    try:
+        return json.dumps(value, ensure_ascii=False)
+    except (TypeError, ValueError):  # not from JSON (a test's or a caller's object): its str
+        return str(value)
+
+
+def _pairs(data: dict[str, Any], each: int) -> str:
+    """``key=value`` pairs, each key and value cut to ``each`` characters before it is escaped (escaping only
+    lengthens text, so a cut at ``each`` >= the drawn limit is never seen in the drawn line)."""
 
     def head(value: object) -> str:
-        return safe_text((value if isinstance(value, str) else str(value))[:limit])
+        return safe_text(value_text(value)[:each])
 
-    return clip(" ".join(f"{head(key)}={head(value)}" for key, value in data.items()), limit)
+    return " ".join(f"{head(key)}={head(value)}" for key, value in data.items())
+
+
+def describe_data(data: dict[str, Any], limit: int = DRAWN_DATA_LIMIT) -> str:
+    """An event payload as drawn: ``key=value`` pairs, escaped, cut to ``limit`` characters with ``…``.
+
+    The cut never falls inside an escape.  Each key and value is cut to ``limit`` characters before it is escaped,
+    which bounds the work for a huge payload.  What is cut is still searched by the filter (``event_search_text``).
+    """
+    return clip(_pairs(data, limit), limit)
+
+
+def _field(text: str) -> str:
+    """One word of a log line's head (time, box, kind): escaped, a space written ``\\x20`` and nothing as ``-``, so
+    the head splits into its words exactly (``is_alert_line`` relies on it)."""
+    return safe_text(text).replace(" ", "\\x20") or "-"
+
+
+def _line(event: Event, box_name: str | None, data: str) -> str:
+    clock = _field(event.time[11:19] if len(event.time) >= 19 else event.time)
+    who = _field(box_name or event.box_id or "daemon")
+    return f"{clock} #{event.seq:<6} {who:<16} {_field(event.kind):<20} {data}".rstrip()
 
 
 def event_line(event: Event, box_name: str | None) -> str:
-    """One log line: time, sequence number, box, kind and payload, as plain text with box text escaped."""
-    clock = safe_text(event.time[11:19] if len(event.time) >= 19 else event.time)
-    who = safe_text(box_name or event.box_id or "daemon")
-    return f"{clock} #{event.seq:<6} {who:<16} {safe_text(event.kind):<20} {describe_data(event.data)}".rstrip()
+    """One log line as drawn: time, sequence number, box, kind and payload (cut to ``DRAWN_DATA_LIMIT``), as plain
+    text with box text escaped."""
+    return _line(event, box_name, describe_data(event.data))
+
+
+def event_search_text(event: Event, box_name: str | None) -> str:
+    """What the filter's regular expression searches: the event's log line with every field of its payload in
+    full (each key and value up to ``SEARCH_VALUE_LIMIT`` characters), escaped as drawn.  The drawn line, without
+    its final ``…``, is a prefix of it, so whatever a pattern finds on screen it finds here too."""
+    return _line(event, box_name, _pairs(event.data, SEARCH_VALUE_LIMIT))
+
+
+_LINE_KIND = re.compile(r"[^ ]+ #[0-9]+ +[^ ]+ +([^ ]+)")  # time, #seq, box, then the kind: words of _field
+
+
+def is_alert_line(line: str) -> bool:
+    """Whether ``line`` (made by ``event_line``) is of an alert kind (``ALERT_KINDS``): the log colours such lines
+    with the theme's ``event-alert`` token.  The kind is read from the line's head, whose words hold no space."""
+    head = _LINE_KIND.match(line)
+    return head is not None and head.group(1) in ALERT_KINDS
+
+
+def last_event_cell(shown_kind: str, theme_variables: dict[str, str]) -> Text:
+    """The boxes table's ``last event`` cell for ``shown_kind`` (escaped by ``box_cells``): an alert kind in the
+    theme's ``event-alert`` colour; a ``Text``, so never read as markup."""
+    return Text(shown_kind, style=theme_variables.get("event-alert", "") if shown_kind in ALERT_KINDS else "")
 
 
 def box_detail_lines(box: BoxInfo) -> list[tuple[str, str]]:
