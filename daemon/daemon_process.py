@@ -57,11 +57,9 @@ async def check_signer(config: DaemonConfig) -> dict[str, object]:
     client = AsyncSignerClient(config.signer.socket)
     try:
         return await client.call("hello")
-    except SignerCallError as exc:
+    except SignerCallError as exc:  # its message names the socket and says how to start a signer: say it once
         raise DaemonStartError(
-            f"no signer answers at {config.signer.socket} ({exc.message}).\n"
-            "Start one first with:  tkbox signer up\n"
-            "or run without any record (not recommended) with:  tkbox daemon --unrecorded"
+            f"{exc.message}; or, to record nothing (not recommended): tkbox daemon --unrecorded"
         ) from None
     finally:
         await client.close()

@@ -57,6 +57,15 @@ FRAME_PAYLOAD = Limit("frame_payload", 1 * MIB, "bytes", "one agent-channel fram
 EXEC_OUTPUT_WINDOW = Limit("exec_output_window", 1 * MIB, "bytes",
                            "one command's output the guest may send before the host's reader takes it",
                            "fixed (protocol); a slow reader slows only its own command")
+EXEC_OUTPUT_TAIL = Limit("exec_output_tail", 256 * KIB, "bytes",
+                         "the end of one command's stdout, and of its stderr, that the daemon keeps for its box's page",
+                         "fixed; tkbox exec and the exec panel show the whole output as it comes")
+EXEC_OUTPUT_PER_BOX = Limit("exec_output_per_box", 16 * MIB, "bytes",
+                            "the command output one box keeps (memory while a command runs, then its state dir)",
+                            "fixed; past it the oldest commands' output is dropped first, and their records say so")
+EXEC_RECORDS_PER_BOX = Limit("exec_records_per_box", 1000, "commands",
+                             "commands one box's page lists (the oldest ended ones are forgotten first)",
+                             "fixed; the event log and the signer's run keep every command")
 GUEST_PING_DEADLINE = Limit("guest_ping_deadline", 30, "seconds", "the host's wait for the guest to answer ping",
                             "fixed")
 GUEST_EXEC_START_DEADLINE = Limit("guest_exec_start_deadline", 60, "seconds",

@@ -2,18 +2,27 @@
 
 Events: every event has a daemon-wide sequence number, a time, a box id ("" for the daemon
 itself), a kind from ``EVENT_KINDS`` and a small JSON payload.  Boxes are described by
-``BoxInfo``.  ``API_VERSION`` prefixes every route (``/v1/…``).
+``BoxInfo``; a box's execs by ``ExecInfo`` and, with the output the daemon kept, ``ExecOutput``.
+``API_VERSION`` prefixes every route (``/v1/…``).
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import os
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
 API_VERSION = "v1"
 
-BOX_STATES = ("creating", "running", "held", "stopping", "stopped", "failed", "removed")
+BOX_STATES = ("creating", "running", "held", "stopping", "stopped", "failed", "lost", "removed")
+"""``lost``: the box was live when its daemon ended (stopped or died); a restarted daemon lists it, runs nothing in
+it and can only remove it (docs/boxes.md)."""
+
+RUN_STATES = ("open", "closed", "orphaned")
+"""A recorded box's run: ``open`` (this daemon holds its token), ``closed``, or ``orphaned`` (still open in the
+signer's log, but its token was in an earlier daemon's memory only: nothing more is recorded into it)."""
 
 EVENT_KINDS = frozenset(
     {
@@ -21,7 +30,7 @@ EVENT_KINDS = frozenset(
         "box.created", "box.started", "box.stopped", "box.removed", "box.failed", "box.held", "box.released",
         "exec.started", "exec.finished", "exec.denied", "exec.refused",
         "signer.unavailable", "gap", "containment.changed", "patch.saved",
-        "guest.protocol_error",
+        "guest.protocol_error", "box.lost", "daemon.registry",
     }
 )
 
@@ -79,6 +88,7 @@ class BoxInfo:
     backend: str = ""
     reason: str = ""
     pid: int | None = None  # host pid of the box's init process, while it runs
+    run_state: str = ""  # one of RUN_STATES for a recorded box, "" for an unrecorded one
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -87,6 +97,126 @@ class BoxInfo:
     def from_json(cls, value: dict[str, Any]) -> BoxInfo:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in value.items() if k in known})
+
+
+EXEC_STATES = ("running", "finished", "denied", "failed", "lost")
+"""An exec's state on its box's page: ``running``; ``finished`` (the guest reported an exit); ``denied`` (never
+ran); ``failed`` (allowed, but the host ended it or it never started: ``error`` says why); ``lost`` (the daemon
+ended before the command did, so neither its end nor the output it held in memory is known)."""
+
+
+@dataclass(frozen=True)
+class OutputTail:
+    """What the daemon kept of one output stream of an exec: the last ``kept`` of ``total`` bytes written."""
+
+    kept: int = 0
+    total: int = 0
+
+    @property
+    def truncated(self) -> bool:
+        """Whether the start of the stream was cut (only its last ``kept`` bytes are kept)."""
+        return self.total > self.kept
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kept": self.kept, "total": self.total, "truncated": self.truncated}
+
+    @classmethod
+    def from_json(cls, value: Any) -> OutputTail:
+        if not isinstance(value, dict) or not all(type(value.get(k)) is int and value[k] >= 0
+                                                  for k in ("kept", "total")):
+            raise ValueError("an output tail has integer kept and total")
+        return cls(value["kept"], value["total"])
+
+
+@dataclass(frozen=True)
+class ExecInfo:
+    """One exec of a box as its page lists it (``GET /v1/boxes/{box}/execs``).
+
+    ``command`` is the decided command line (cut to 4 KiB, ``command_cut`` then true); ``verdict``, ``rule_ids``,
+    ``reason`` and ``hint`` are the signer's decision; ``exit_code``/``signal``/``timed_out`` the end, and
+    ``reported_by`` whose word that end is (``guest``: the guest agent reported it, ``host``: the daemon ended the
+    command or saw the box end, empty while running or when denied).  ``started_at`` is when the daemon decided
+    it; ``duration_ms`` is set once it has ended.  ``output_dropped``: the per-box budget needed the room and
+    this exec's output was dropped (oldest execs first); ``stdout``/``stderr`` still count what was written.
+    """
+
+    id: int
+    command: str
+    state: str
+    verdict: str
+    started_at: str
+    rule_ids: tuple[str, ...] = ()
+    reason: str = ""
+    hint: str = ""
+    command_cut: bool = False
+    tty: bool = False
+    duration_ms: int | None = None
+    exit_code: int | None = None
+    signal: int | None = None
+    timed_out: bool = False
+    reported_by: str = ""
+    error: str = ""
+    stdout: OutputTail = field(default_factory=OutputTail)
+    stderr: OutputTail = field(default_factory=OutputTail)
+    output_dropped: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        out = asdict(self)
+        out.update(rule_ids=list(self.rule_ids), stdout=self.stdout.to_json(), stderr=self.stderr.to_json())
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any) -> ExecInfo:
+        """Strict about types (it comes from the daemon, or from a record file the daemon wrote); unknown keys are
+        ignored so a newer daemon can add fields."""
+        if not isinstance(value, dict):
+            raise ValueError("an exec is a JSON object")
+        fields = cls.__dataclass_fields__
+        known = {key: item for key, item in value.items() if key in fields}
+        kinds: dict[str, tuple[type, ...]] = {
+            "id": (int,), "command": (str,), "state": (str,), "verdict": (str,), "started_at": (str,),
+            "reason": (str,), "hint": (str,), "command_cut": (bool,), "tty": (bool,), "timed_out": (bool,),
+            "reported_by": (str,), "error": (str,), "output_dropped": (bool,),
+            "duration_ms": (int, type(None)), "exit_code": (int, type(None)), "signal": (int, type(None)),
+        }
+        for key, allowed in kinds.items():
+            if key in known and type(known[key]) not in allowed:
+                raise ValueError(f"exec field {key} has the wrong type")
+        if any(key not in known for key in ("id", "command", "state", "verdict", "started_at")):
+            raise ValueError("an exec has id, command, state, verdict and started_at")
+        if known["state"] not in EXEC_STATES:
+            raise ValueError(f"unknown exec state {known['state']!r}")
+        rule_ids = known.get("rule_ids", [])
+        if not isinstance(rule_ids, list) or not all(isinstance(rule, str) for rule in rule_ids):
+            raise ValueError("exec rule_ids is a list of strings")
+        known["rule_ids"] = tuple(rule_ids)
+        for stream in ("stdout", "stderr"):
+            known[stream] = OutputTail.from_json(known[stream]) if stream in known else OutputTail()
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class ExecOutput:
+    """One exec with the output the daemon kept (``GET /v1/boxes/{box}/execs/{id}``): box-controlled bytes, to be
+    shown escaped (``tkbox_tui/terminal_text.py``).  On the wire the bytes are base64."""
+
+    exec: ExecInfo
+    stdout: bytes = b""
+    stderr: bytes = b""
+
+    def to_json(self) -> dict[str, Any]:
+        return {"exec": self.exec.to_json(), "stdout": base64.b64encode(self.stdout).decode("ascii"),
+                "stderr": base64.b64encode(self.stderr).decode("ascii")}
+
+    @classmethod
+    def from_json(cls, value: Any) -> ExecOutput:
+        if not isinstance(value, dict) or set(value) != {"exec", "stdout", "stderr"}:
+            raise ValueError("an exec output has exactly exec, stdout and stderr")
+        try:
+            streams = [base64.b64decode(value[key], validate=True) for key in ("stdout", "stderr")]
+        except (binascii.Error, TypeError, ValueError):
+            raise ValueError("exec output streams are base64") from None
+        return cls(ExecInfo.from_json(value["exec"]), *streams)
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:

@@ -23,6 +23,13 @@ if [ ! -x .venv/bin/python ]; then
   "$PYTHON" -m venv .venv
 fi
 .venv/bin/python -m pip install -q --upgrade pip >/dev/null 2>&1 || true
-.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | grep -v -E '^\s*$|WARNING: Location|!!|wheel_obj' || true
+# pip is quiet (-q); whatever else pip or setuptools says is shown, except two notes that are no problem: setuptools'
+# "Editable installation." notice (an InformationOnly block, from its line to the one naming wheel_obj: the install is
+# editable on purpose) and pip's "WARNING: Location … is ignored" for index locations a machine's pip.conf names but
+# does not have.  A failed install stops the script (pipefail).
+.venv/bin/python -m pip install -q -e '.[test]' 2>&1 | awk '
+  /BuildBackendWarning: Editable installation\./ { skipping = 1 }
+  !skipping && !/WARNING: Location .* is ignored/ && !/^[[:space:]]*$/ { print }
+  skipping && /wheel_obj/ { skipping = 0 }'
 .venv/bin/python -c 'import tkbox_daemon, tkbox_guest, tkbox_tui' || { echo "setup: tkbox did not install" >&2; exit 1; }
 echo "setup: ready (.venv/bin/tkbox)"

@@ -12,7 +12,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tkbox_daemon.wire import BoxInfo, Event
+from tkbox_daemon.wire import BoxInfo, Event, ExecInfo, ExecOutput, OutputTail
 from tkbox_tui.client import DaemonError, DaemonUnreachable
 
 DROP_STREAM = object()
@@ -37,6 +37,22 @@ def make_box(box_id: str, name: str, state: str = "running", **extra: Any) -> Bo
 
 def make_event(seq: int, box_id: str = "b1", kind: str = "exec.finished", **data: Any) -> Event:
     return Event(seq, f"2025-03-01T11:{(seq // 60) % 60:02d}:{seq % 60:02d}Z", box_id, kind, data)
+
+
+def make_exec(exec_id: int, command: str, state: str = "finished", stdout: bytes = b"", stderr: bytes = b"",
+              **extra: Any) -> ExecOutput:
+    """An exec as the daemon's history gives it: allowed by ``dev.read``, exit 0 reported by the guest, unless
+    ``extra`` says otherwise; ``stdout``/``stderr`` are the kept tails (their sizes fill the record, unless
+    ``stdout_tail``/``stderr_tail`` give other ``OutputTail``s)."""
+    tails = {name: extra.pop(f"{name}_tail", None) for name in ("stdout", "stderr")}
+    values: dict[str, Any] = dict(
+        id=exec_id, command=command, state=state, verdict="allow", started_at=f"2025-03-01T11:5{exec_id % 10}:00.000Z",
+        rule_ids=("dev.read",), reason="read-only tools", duration_ms=1250,
+        exit_code=0 if state == "finished" else None, reported_by="guest" if state == "finished" else "",
+        stdout=tails["stdout"] or OutputTail(len(stdout), len(stdout)),
+        stderr=tails["stderr"] or OutputTail(len(stderr), len(stderr)))
+    values.update(extra)
+    return ExecOutput(ExecInfo(**values), stdout, stderr)
 
 
 class FakeExecCall:
@@ -93,6 +109,12 @@ class FakeDaemonClient:
         self.exec_calls: list[FakeExecCall] = []
         self.stream_opened = asyncio.Event()
         self.create_error: DaemonError | None = None
+        self.exec_outputs: dict[str, list[ExecOutput]] = {}
+        """What ``execs``/``exec_output`` answer, by box id (the daemon's exec history)."""
+
+    async def health(self) -> dict[str, Any]:
+        """Like the daemon's: its last sequence number (the newest event of ``history``)."""
+        return {"last_seq": max((event.seq for event in self.history), default=0)}
 
     async def boxes(self) -> list[BoxInfo]:
         self.calls.append(("boxes",))
@@ -146,6 +168,21 @@ class FakeDaemonClient:
                 raise item
             self.history.append(item)
             yield item
+
+    async def execs(self, ref: str) -> list[ExecInfo]:
+        """The box's execs as ``exec_outputs[box id]`` holds them (oldest first)."""
+        self.calls.append(("execs", ref))
+        return [output.exec for output in self.exec_outputs.get(self._box_id(ref), [])]
+
+    async def exec_output(self, ref: str, exec_id: int) -> ExecOutput:
+        self.calls.append(("exec_output", ref, exec_id))
+        for output in self.exec_outputs.get(self._box_id(ref), []):
+            if output.exec.id == exec_id:
+                return output
+        raise DaemonError("not_found", f"exec {exec_id} of box {ref} not found", 404)
+
+    def _box_id(self, ref: str) -> str:
+        return next((box.id for box in self.box_list if ref in (box.id, box.name)), ref)
 
     def exec(self, ref: str) -> FakeExecCall:
         call = FakeExecCall(self, ref)

@@ -5,9 +5,11 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import socket
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from tkbox_daemon.boxes.guest_link import GuestLink
@@ -136,6 +138,7 @@ class StubBox:
     def __init__(self, link: GuestLink) -> None:
         self.link = link
         self.state = "running"
+        self.state_dir = Path(os.environ["XDG_STATE_HOME"]) / "stub-box"  # the test's own (conftest isolates it)
         self.events: list[str] = []
         self.event_data: list[tuple[str, dict[str, Any]]] = []
         self.completions: list[dict[str, Any]] = []

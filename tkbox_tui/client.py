@@ -1,7 +1,9 @@
 """The only code on the operator side that speaks to the daemon: typed calls over its Unix socket, and the event stream.
 
 Used by the CLI and (through the same methods) by the console.  Errors from the daemon
-arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``DaemonUnreachable``.
+arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``DaemonUnreachable``.  Whatever goes
+wrong on the socket (no daemon, a daemon that hangs up, a reply that is not JSON) arrives as one of those two,
+never as an aiohttp exception.
 """
 
 from __future__ import annotations
@@ -15,9 +17,10 @@ from typing import Any
 
 import aiohttp
 
-from tkbox_daemon.wire import API_VERSION, BoxInfo, Event, daemon_runtime_dir
+from tkbox_daemon.wire import API_VERSION, BoxInfo, Event, ExecInfo, ExecOutput, daemon_runtime_dir
 
 STDIN_CHUNK = 64 * 1024
+NO_DAEMON_HINT = "start it with: tkbox up (or tkbox daemon)"
 
 
 class DaemonError(RuntimeError):
@@ -30,8 +33,22 @@ class DaemonError(RuntimeError):
 
 
 class DaemonUnreachable(DaemonError):
+    """Nothing answers on the daemon's socket; ``extra["hint"]`` says how to start one."""
+
     def __init__(self, message: str) -> None:
-        super().__init__("unreachable", message)
+        super().__init__("no_daemon", message, hint=NO_DAEMON_HINT)
+
+
+def _unreachable(socket_path: Path, exc: aiohttp.ClientConnectorError) -> DaemonUnreachable:
+    """The same words for every call that finds no daemon (never aiohttp's own text)."""
+    reason = exc.os_error.strerror if exc.os_error is not None and exc.os_error.strerror else "nothing accepts"
+    return DaemonUnreachable(f"no daemon answers at {socket_path} ({reason})")
+
+
+def _lost() -> DaemonError:
+    """The daemon hung up or broke off mid-reply (it stopped, or crashed)."""
+    return DaemonError("daemon_lost", "the daemon closed the connection before it answered",
+                       hint="see whether it still runs: tkbox ls")
 
 
 def default_socket() -> Path:
@@ -67,13 +84,12 @@ class DaemonClient:
                 if response.status >= 400:
                     raise _error_from(response.status, body)
                 if response.content_type == "application/json":
-                    return json.loads(body)
+                    return _json_reply(body)
                 return body, dict(response.headers)
         except aiohttp.ClientConnectorError as exc:
-            raise DaemonUnreachable(
-                f"no daemon answers at {self.socket_path} ({exc.os_error.strerror if exc.os_error else exc}); "
-                "start it with: tkbox up (or tkbox daemon)"
-            ) from None
+            raise _unreachable(self.socket_path, exc) from None
+        except (TimeoutError, aiohttp.ClientError):
+            raise _lost() from None
 
     async def health(self) -> dict[str, Any]:
         return await self._request("GET", "/health")
@@ -104,6 +120,15 @@ class DaemonClient:
             raise DaemonError("http_error", "the daemon answered the patch request with JSON, not a patch")
         return reply[0]
 
+    async def execs(self, ref: str) -> list[ExecInfo]:
+        """The box's execs, oldest first: command, decision, end and the sizes of the output kept."""
+        reply = await self._request("GET", f"/boxes/{ref}/execs")
+        return [ExecInfo.from_json(item) for item in reply["execs"]]
+
+    async def exec_output(self, ref: str, exec_id: int) -> ExecOutput:
+        """One exec of the box with the tails of its output the daemon kept (box bytes: show them escaped)."""
+        return ExecOutput.from_json(await self._request("GET", f"/boxes/{ref}/execs/{exec_id}"))
+
     async def stored_events(self, after: int = 0, box: str | None = None) -> list[Event]:
         params = {"after": str(after), "follow": "0", **({"box": box} if box else {})}
         reply = await self._request("GET", "/events", params=params)
@@ -125,9 +150,11 @@ class DaemonClient:
                         yield Event.from_json(json.loads("\n".join(data_lines)))
                         data_lines = []
         except aiohttp.ClientConnectorError as exc:
-            raise DaemonUnreachable(f"no daemon answers at {self.socket_path}: {exc}") from None
+            raise _unreachable(self.socket_path, exc) from None
         except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
             return
+        except aiohttp.ClientError:
+            raise _lost() from None
 
     def exec(self, ref: str) -> ExecCall:
         return ExecCall(self, ref)
@@ -158,10 +185,13 @@ class ExecCall:
             self.ws = await self.client._http().ws_connect(f"/{API_VERSION}/boxes/{self.ref}/exec",
                                                           max_msg_size=4 << 20)
         except aiohttp.WSServerHandshakeError as exc:
-            raise DaemonError("not_found" if exc.status == 404 else "exec_failed",
-                              f"the daemon refused the exec ({exc.status}): box {self.ref!r} not found?") from None
+            if exc.status == 404:  # the handshake carries no body: the daemon's words come from asking for the box
+                await self.client.box(self.ref)
+            raise DaemonError("exec_failed", f"the daemon refused the exec ({exc.status})", exc.status) from None
         except aiohttp.ClientConnectorError as exc:
-            raise DaemonUnreachable(f"no daemon answers at {self.client.socket_path}: {exc}") from None
+            raise _unreachable(self.client.socket_path, exc) from None
+        except aiohttp.ClientError:
+            raise _lost() from None
         message: dict[str, Any] = {"type": "start", "argv": argv, "cwd": cwd, "env": env or {},
                                    "stdin": "stream" if stream_stdin else ("upfront" if stdin is not None else "none")}
         if stdin is not None:
@@ -225,10 +255,18 @@ class ExecCall:
             await self.ws.close()
 
 
+def _json_reply(body: bytes) -> Any:
+    try:
+        return json.loads(body)
+    except ValueError:
+        raise DaemonError("bad_reply", "the daemon's reply is not JSON") from None
+
+
 def _error_from(status: int, body: bytes) -> DaemonError:
     try:
         error = json.loads(body)["error"]
         extra = {k: v for k, v in error.items() if k not in ("code", "message")}
-        return DaemonError(error["code"], error["message"], status, **extra)
+        return DaemonError(str(error["code"]), str(error["message"]), status, **extra)
     except (ValueError, KeyError, TypeError):
-        return DaemonError("http_error", f"the daemon answered {status}: {body[:200]!r}", status)
+        shown = json.dumps(body[:200].decode("utf-8", "replace"))  # JSON spelling, escaped, never b'...'
+        return DaemonError("http_error", f"the daemon answered {status}: {shown}", status)

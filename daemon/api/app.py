@@ -23,6 +23,7 @@ from .peer import peer_check
 from .routes_boxes import routes as box_routes
 from .routes_events import routes as event_routes
 from .routes_exec import routes as exec_routes
+from .routes_execs import routes as execs_routes
 
 
 @web.middleware
@@ -39,6 +40,7 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     app.add_routes(box_routes)
     app.add_routes(event_routes)
     app.add_routes(exec_routes)
+    app.add_routes(execs_routes)
 
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()

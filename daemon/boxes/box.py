@@ -30,6 +30,7 @@ from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
 from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
+from .registry import BoxRecord, RunNote
 from .settings import BoxSettings
 
 if TYPE_CHECKING:
@@ -82,6 +83,9 @@ class Box:
         self.execs: set[ExecSession] = set()
         self.execs_total = 0
         self.last_event = ""
+        self.backend_name = manager.backend.name
+        self.earlier_run: RunNote | None = None  # the run of a box an earlier daemon made (its token is gone)
+        self.removing = False  # a removal began (the registry says so, and a restart finishes it)
         self.workspace_summary: dict[str, Any] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._poll_now = asyncio.Event()
@@ -112,10 +116,11 @@ class Box:
         return BoxInfo(
             id=self.id, name=self.settings.name, state=self.state, image=self.settings.image,
             workspace=str(self.settings.workspace), created_at=self.created_at, expires_at=self.expires_at,
-            run_id=self.recorder.run_id if self.recorder else None, recorded=self.recorder is not None,
+            run_id=self.recorder.run_id if self.recorder else self.earlier_run.id if self.earlier_run else None,
+            recorded=self.recorder is not None or self.earlier_run is not None, run_state=self.run_state(),
             execs_running=len(self.execs), execs_total=self.execs_total, last_event=self.last_event,
             allow=list(self.settings.allow), secrets=self.settings.public()["secrets"],
-            limits=self.settings.public()["limits"], backend=self.manager.backend.name, reason=self.reason,
+            limits=self.settings.public()["limits"], backend=self.backend_name, reason=self.reason,
             pid=self.process.pid if self.process is not None and self.state in ("running", "held") else None,
         )
 
@@ -123,7 +128,7 @@ class Box:
         self.state = state
         self.reason = reason
         kind = {"running": "box.started", "held": "box.held", "stopped": "box.stopped", "failed": "box.failed",
-                "removed": "box.removed"}.get(state)
+                "lost": "box.lost", "removed": "box.removed"}.get(state)
         if kind:
             data: dict[str, Any] = {"state": state, "reason": reason} if reason else {"state": state}
             if state in ("stopped", "failed") and self.link is not None:
@@ -131,6 +136,33 @@ class Box:
                 data.update({key: value for key, value in (("guest_timeouts", self.link.timeouts),
                                                           ("guest_late_replies", self.link.late_replies)) if value})
             self.emit(kind, data)
+        self.save_record()
+
+    def run_state(self) -> str:
+        """``open``, ``closed`` or ``orphaned`` (an earlier daemon's run, left open: its token is gone); "" when
+        unrecorded."""
+        if self.recorder is not None:
+            return "closed" if self.recorder.closed else "open"
+        if self.earlier_run is not None:
+            return "closed" if self.earlier_run.closed else "orphaned"
+        return ""
+
+    def record(self) -> BoxRecord:
+        """The box as the daemon's registry keeps it (``registry.py``)."""
+        run = self.earlier_run
+        if self.recorder is not None and self.recorder.run_id:
+            run = RunNote(self.recorder.run_id, self.recorder.closed)
+        return BoxRecord(id=self.id, state=self.state, settings=self.settings, created_at=self.created_at,
+                         expires_at=self.expires_at, uid=self.uid, job_uid=self.job_uid, backend=self.backend_name,
+                         reason=self.reason, removing=self.removing, run=run, execs_total=self.execs_total,
+                         last_event=self.last_event)
+
+    def save_record(self) -> None:
+        """Rewrite the box's registry record; a disk that refuses is a gap, never a failed state change."""
+        try:
+            self.manager.registry.save(self.record())
+        except (OSError, ValueError) as exc:
+            self.emit("gap", {"kind": "registry", "reason": f"the box's registry record could not be written: {exc}"})
 
     # ---- creation ----------------------------------------------------------------------
     async def create(self, backend: BoxBackend) -> None:
@@ -219,6 +251,9 @@ class Box:
 
     # ---- the command door --------------------------------------------------------------
     def exec_session(self, start: ExecStart) -> ExecSession:
+        if self.state == "lost":
+            raise BoxOperationError(409, "box_lost", f"box {self.settings.name} is lost ({self.reason}); nothing "
+                                                     f"runs in it again: remove it with tkbox rm {self.settings.name}")
         if self.state != "running":
             raise BoxOperationError(409, "box_not_running",
                                     f"box {self.settings.name} is {self.state}; only a running box runs commands")
@@ -290,7 +325,7 @@ class Box:
         guest gets ``STOP_GRACE`` to end its commands, then the whole box is killed; a guest that did not answer
         makes the box ``failed``, with the unanswered request named. A stopped box's run stays open."""
         async with self._stop_lock:
-            if self.state in ("stopped", "failed", "removed"):
+            if self.state in ("stopped", "failed", "lost", "removed"):
                 return
             was_live = self.state in ("running", "held")
             if self.state == "held" and self.process is not None:
@@ -334,7 +369,7 @@ class Box:
         """The box cannot go on: kill it at once, keep its patch (the host makes it from the layers, so a failing
         guest cannot spoil it) and close its run."""
         async with self._stop_lock:
-            if self.state in ("stopped", "failed", "removed"):
+            if self.state in ("stopped", "failed", "lost", "removed"):
                 return
             was_live = self.state in ("running", "held", "stopping")
             self.state = "stopping"
@@ -353,6 +388,8 @@ class Box:
                 await self.recorder.close(reason)
             except Exception as exc:  # the close itself could not be recorded: say so
                 self.emit("gap", {"kind": "close_run", "reason": str(exc)})
+            else:
+                self.save_record()
 
     async def remove(self) -> None:
         await self.stop("removed", save_patch=self.state in ("running", "held"))

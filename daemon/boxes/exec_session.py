@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import limits, strictjson
 from ..doors.commands import ExecRefused, ExecRequest, check_request, decision_args
 from ..tasks import spawn
+from .exec_history import KeptExec, history_of
 from .guest_link import GuestExec, GuestFailure, GuestTimeout
 
 CLIENT_QUEUE_ITEMS = 256
@@ -60,6 +61,7 @@ class ExecSession:
         self.decision_id: str | None = None
         self.command = ""
         self.guest: GuestExec | None = None
+        self.kept: KeptExec | None = None  # this exec on its box's page: decision, end, output tails
         self._stdin_hash = hashlib.sha256()
         self._stdin_bytes = 0
         self._finished = False
@@ -76,6 +78,7 @@ class ExecSession:
         self.command = args["command"]
         decision = await self.box.decide_exec(args)
         shown = {**decision.to_json(), "command": self.command}
+        self.kept = history_of(self.box).begin(self.command, shown, tty=self.request.tty)
         if not decision.allowed:
             self.box.emit("exec.denied", {"command": self.command, "rule_ids": list(decision.rule_ids),
                                           "reason": decision.reason, "verdict": decision.verdict})
@@ -210,6 +213,8 @@ class ExecSession:
             self.box.exec_done(self)
 
     async def _deliver(self, item: tuple[int, bytes] | dict[str, Any]) -> None:
+        if isinstance(item, tuple) and self.kept is not None:  # the box's page keeps the tail, client or not
+            self.kept.write(*item)
         # Once the client is gone only the exit is kept (the queue was drained, so it fits): it ends outputs().
         if isinstance(item, dict):
             if self._exit_delivered:
@@ -238,6 +243,8 @@ class ExecSession:
         if self._finished:
             return
         self._finished = True
+        if self.kept is not None:
+            self.kept.end(exit_info, outcome)
         stdin = None
         if self.request.stdin_streamed:
             stdin = {"sha256": "sha256:" + self._stdin_hash.hexdigest(), "size": self._stdin_bytes}

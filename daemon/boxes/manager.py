@@ -1,4 +1,10 @@
-"""All boxes of one daemon: create within limits, look up by id or name, stop, remove, diff, shut down."""
+"""All boxes of one daemon: create within limits, look up by id or name, stop, remove, diff, shut down.
+
+Every box is in the daemon's registry on disk (``registry.py``) from the moment it holds its uids until its
+removal is complete, so a restarted daemon lists every box it knew (``recovery.py``).  Each box claims two host
+uids (the guest's and the jobs'); they are released when the box is removed or fails to start, and a restart
+releases the claims of a creation it cut short.
+"""
 
 from __future__ import annotations
 
@@ -22,6 +28,8 @@ from ..wire import BoxInfo
 from .box import GUEST_ARGV, Box, BoxOperationError
 from .channels import ChannelError
 from .guest_link import GuestFailure
+from .recovery import recover_boxes
+from .registry import BOX_ID, BoxRegistry
 from .settings import SettingsError, parse_settings
 
 
@@ -72,8 +80,11 @@ class BoxManager:
         self.guest_dir = guest_dir
         self.boxes: dict[str, Box] = {}
         self.uids = UidAllocator(config.paths.state_dir / "uids")
+        self.registry = BoxRegistry(config.paths.state_dir / "registry")
+        self.registry.lock()
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
         self.etc_dir = install_etc(config.paths.layers_root / "etc")
+        recover_boxes(self)
 
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
@@ -96,6 +107,8 @@ class BoxManager:
         """A box id for ``ref`` (id or name), removed boxes included: their events stay readable."""
         if ref in self.boxes:
             return ref
+        if BOX_ID.match(ref) and self.config.paths.box_state(ref).is_dir():
+            return ref  # a box removed before this daemon started: its state dir (and events) remain
         named = [box for box in self.boxes.values() if box.settings.name == ref]
         if not named:
             raise not_found(f"box {ref!r}")
@@ -122,6 +135,11 @@ class BoxManager:
         except UidsExhausted as exc:
             raise ApiError(503, "no_uid", str(exc)) from None
         box = Box(self, box_id, settings, uid, job_uid)
+        try:
+            self.registry.save(box.record())  # before anything is built: a restart must know every box
+        except (OSError, ValueError) as exc:
+            self._release_uids(box)
+            raise ApiError(500, "registry", f"the box could not be written to the daemon's registry: {exc}") from None
         self.boxes[box_id] = box
         try:
             await box.create(self.backend)
@@ -138,18 +156,34 @@ class BoxManager:
         self._release_uids(box)
 
     def _release_uids(self, box: Box) -> None:
-        for uid in (box.uid, box.job_uid):
-            self.uids.release(uid, box.id)
+        self.release_uids_of(box.id, (box.uid, box.job_uid))
+
+    def release_uids_of(self, box_id: str, uids: tuple[int, ...] | list[int]) -> None:
+        """Give back ``uids`` and any other claim that names ``box_id`` (so none is left behind)."""
+        owned = {uid for uid, owner in self.uids.claimed().items() if owner == box_id}
+        for uid in sorted(owned | set(uids)):
+            self.uids.release(uid, box_id)
 
     async def stop(self, ref: str, *, reason: str) -> BoxInfo:
         box = self.get(ref)
+        if box.state == "lost":
+            raise ApiError(409, "box_lost", f"box {box.settings.name} is lost ({box.reason}); nothing of it runs, so "
+                                            f"there is nothing to stop: remove it with tkbox rm {box.settings.name}")
         await box.stop(reason)
         return box.info()
 
     async def remove(self, ref: str) -> BoxInfo:
+        """Stop the box if needed, close its run, delete its layers, release its uids, forget its record. The
+        registry says a removal began before anything is deleted, so a restart finishes one the daemon died in."""
         box = self.get(ref)
+        box.removing = True
+        box.save_record()
+        if box.earlier_run is not None and not box.earlier_run.closed:
+            box.emit("gap", {"kind": "close_run", "reason": f"run {box.earlier_run.id} stays open: its token was "
+                                                            "in an earlier daemon's memory only"})
         await box.remove()
         self._release_uids(box)
+        self.registry.forget(box.id)
         return box.info()
 
     async def diff(self, ref: str) -> tuple[bytes, list[dict[str, Any]], str]:
@@ -161,6 +195,8 @@ class BoxManager:
             except (GuestFailure, BoxOperationError) as exc:
                 raise ApiError(502, "diff_failed", f"the live patch could not be read: {exc}") from None
         saved = box.saved_patch()
+        if saved is None and box.state == "lost":
+            raise ApiError(404, "no_patch", f"box {box.settings.name} was lost before a patch was saved ({box.reason})")
         if saved is None:
             raise ApiError(404, "no_patch", f"box {box.settings.name} has no saved patch (it was {box.state} "
                                             "before one was saved)")
@@ -170,6 +206,7 @@ class BoxManager:
         """Stop every box and close every run; events are written as they happen, so none is lost."""
         live = [box for box in self.boxes.values() if box.state not in ("removed",)]
         await asyncio.gather(*(self._shutdown_box(box) for box in live), return_exceptions=True)
+        self.registry.unlock()
 
     async def _shutdown_box(self, box: Box) -> None:
         await box.stop("the daemon is shutting down")

@@ -1,11 +1,16 @@
 """A box's settings, from `tkbox run` flags, `tkbox.yaml` and the API, checked field by field.
 
-Every refusal names the field, says what was wrong and what to write instead.  Secret
-*values* never appear in a message, an event or a record: only names and hosts.
+Every refusal names the field, says what was wrong and what to write instead, and quotes a wrong value in JSON's
+spelling (``null``, ``false``, ``"text"``), as the settings are written.  Secret *values* never appear in a message,
+an event or a record: only names and hosts.
+
+This is the one place a setting is refused, whoever sent it (``tkbox run``, ``tkbox.yaml``, the console's form):
+settings for a door that is not built yet (``allow``, ``secrets``) are refused here, not accepted and ignored.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import re
 from dataclasses import dataclass, field
@@ -27,6 +32,10 @@ LIMIT_FIELDS = {
 }
 SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "secrets", "limits", "task"}
 SIZE = re.compile(r"^(\d{1,12})([KMG]i?B?|B)?\Z", re.IGNORECASE | re.ASCII)
+DOORS_NOT_BUILT = {  # setting -> (why it cannot be honoured yet, the tkbox run flag that sets it)
+    "allow": ("the network door is not built yet: a box has no network at all, so no host can be allowed", "--allow"),
+    "secrets": ("the secret door is not built yet: a box cannot be given a secret", "--secret"),
+}
 
 
 class SettingsError(ValueError):
@@ -70,12 +79,17 @@ class BoxSettings:
         }
 
 
+def _shown(value: Any) -> str:
+    """A wrong value as the message quotes it: JSON's spelling, ASCII (``null``, not ``None``)."""
+    return json.dumps(value, default=str)
+
+
 def parse_size(field_name: str, value: Any) -> int:
     if type(value) is int and value > 0:
         return value
     match = SIZE.match(str(value).strip()) if isinstance(value, str) else None
     if not match:
-        raise SettingsError(field_name, f"{value!r} is not a size; write e.g. 512M, 2G or a number of bytes")
+        raise SettingsError(field_name, f"{_shown(value)} is not a size; write e.g. 512M, 2G or a number of bytes")
     number, unit = int(match.group(1)), (match.group(2) or "B").upper()[:1]
     return number * {"B": 1, "K": limits.KIB, "M": limits.MIB, "G": limits.GIB}[unit]
 
@@ -85,9 +99,9 @@ def parse_settings(raw: dict[str, Any], *, default_name: str, environ: dict[str,
     unknown = set(raw) - SETTINGS_FIELDS
     if unknown:
         raise SettingsError(sorted(unknown)[0], f"unknown setting; the settings are {', '.join(sorted(SETTINGS_FIELDS))}")
-    name = raw.get("name") or default_name
+    name = default_name if raw.get("name") is None else raw["name"]  # `name: no` in YAML is false, not absent
     if not isinstance(name, str) or not NAME.match(name):
-        raise SettingsError("name", f"{name!r} must be 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
+        raise SettingsError("name", f"{_shown(name)} must be 1-63 of a-z, 0-9 and '-', starting with a letter or digit")
     workspace = raw.get("workspace", ".")
     if not isinstance(workspace, str) or not workspace:
         raise SettingsError("workspace", "give the path of a directory (the checkout to work on)")
@@ -96,9 +110,12 @@ def parse_settings(raw: dict[str, Any], *, default_name: str, environ: dict[str,
         raise SettingsError("workspace", f"{workspace_path} is not a directory")
     image = raw.get("image", "host")
     if not isinstance(image, str) or not (image == "host" or image.startswith("dir:")):
-        raise SettingsError("image", f"{image!r} is not supported; use 'host' or 'dir:PATH' (OCI images come later)")
+        raise SettingsError("image", f"{_shown(image)} is not supported; use 'host' or 'dir:PATH' (OCI images come later)")
     if image.startswith("dir:") and not Path(image[4:]).is_dir():
         raise SettingsError("image", f"{image[4:]} is not a directory holding a root filesystem")
+    for key, (why, flag) in DOORS_NOT_BUILT.items():
+        if raw.get(key):
+            raise SettingsError(key, f"{why}; leave it out (tkbox run {flag}, {key}: in tkbox.yaml)")
     allow = raw.get("allow", [])
     if not isinstance(allow, list) or not all(isinstance(h, str) and HOST.match(h.lower()) for h in allow):
         raise SettingsError("allow", "a list of host names (host, host:port or *.host)")

@@ -6,15 +6,20 @@ exports it as a bundle with its trust file, and verifies the bundle offline.
 
 from __future__ import annotations
 
-import argparse
 import json
 import tempfile
 from pathlib import Path
 from typing import Any
 
-from tkbox_daemon.signer.client import SignerClient, new_request_id
-from tkbox_daemon.signer.control import up
-from tkbox_daemon.signer.paths import SignerPaths
+from tkbox_daemon.signer.client import SignerClient, SignerError, new_request_id
+from tkbox_daemon.signer.control import ControlError, up
+from tkbox_daemon.signer.export import ExportError, export_run, write_trust
+from tkbox_daemon.signer.paths import PathError, SignerPaths
+
+from .report import CliError, CliParser
+
+DESCRIPTION = ("The short tour of the trust core: start (or reuse) the dev signer, record a run with a few "
+               "decisions, close it, export it as a .tkb bundle with its trust file, and verify the bundle offline.")
 
 DEMO_CALLS: list[tuple[str, dict[str, Any]]] = [
     ("Bash", {"command": "git status --short", "cwd": "/workspace"}),
@@ -26,14 +31,25 @@ DEMO_CALLS: list[tuple[str, dict[str, Any]]] = [
 
 
 def demo_main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="tkbox demo", description=__doc__.splitlines()[0])
+    parser = CliParser(prog="tkbox demo", description=DESCRIPTION)
     parser.add_argument("--out", type=Path, help="directory for run.tkb and run.trust.json (default: a new temp dir)")
-    parser.add_argument("--json", action="store_true", help="print one JSON summary instead of the tour")
+    parser.add_json("print one JSON summary instead of the tour")
     args = parser.parse_args(argv)
-    out = args.out or Path(tempfile.mkdtemp(prefix="tkbox-demo-"))
+    try:
+        return _tour(args.out, args.json)
+    except (ControlError, PathError, ExportError) as exc:
+        raise CliError("failed", str(exc)) from None
+    except SignerError as exc:
+        raise CliError("signer_refused", exc.message, "see the signer: tkbox signer status") from None
+    except OSError as exc:
+        raise CliError("failed", f"{exc.filename}: {exc.strerror}" if exc.filename else str(exc)) from None
+
+
+def _tour(out_dir: Path | None, as_json: bool) -> int:
+    out = out_dir or Path(tempfile.mkdtemp(prefix="tkbox-demo-"))
     out.mkdir(parents=True, exist_ok=True)
     paths = SignerPaths.from_env()
-    say = (lambda *_: None) if args.json else print
+    say = (lambda *_: None) if as_json else print
 
     hello = up(paths)
     say(f"signer   pid {hello['pid']} ({'started' if hello['started'] else 'already running'}) on {paths.socket}")
@@ -59,14 +75,13 @@ def demo_main(argv: list[str]) -> int:
         say(f"closed   run at seq {closed['run_seq']}, checkpoint at tree size {closed['checkpoint_size']}")
 
     from tkbox_daemon.evidence.verify import verify_main
-    from tkbox_daemon.signer.export import export_run, write_trust
 
     bundle, trust = out / "run.tkb", out / "run.trust.json"
     exported = export_run(paths, run["run_id"], bundle)
     write_trust(paths, trust)
     say(f"export   {bundle} ({exported['records']} records)\ntrust    {trust}\n")
     say(f"$ tkbox verify {bundle} --trust {trust}")
-    if args.json:
+    if as_json:
         import contextlib
         import io
 

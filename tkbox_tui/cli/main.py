@@ -1,9 +1,25 @@
-"""``tkbox``: the one console script. Each command group lives in its own module and is imported only when used."""
+"""``tkbox``: the one console script.  Each command group lives in its own module and is imported only when used.
+
+``main`` is also where the CLI keeps its promises to a shell, for every command alike:
+
+- a failure is one line on stderr, or with ``--json`` one ``{"error": …}`` object on stdout (``report``);
+- a reader that goes away (``tkbox events | head -1``) ends the command quietly with status 141, what a shell
+  reports for a command whose pipe closed (128 + SIGPIPE), so ``set -o pipefail`` scripts see what they see of
+  ``yes | head -1``; Python's own SIGPIPE handling is kept (it turns a closed socket into an error, not a death);
+- Ctrl+C ends any command with one line and status 130;
+- no traceback: anything unforeseen is one line too, exit status 70 (``TKBOX_TRACEBACK=1`` shows the traceback).
+"""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Callable
+
+from . import daemon_side
+from .report import EXIT_BROKEN_PIPE, CliError, interrupted, report, wants_json
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in tkbox, not a refusal
 
 USAGE = """usage: tkbox COMMAND [ARGS…]
 
@@ -22,44 +38,15 @@ commands:
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
 
-Every command takes --help; every command that prints data takes --json.
+Every command takes --help; every command that prints a result takes --json, and then an error is
+{"error": {"code", "message", "hint"}} on stdout.  tkbox --version prints the version.
 """
-
-
-def _signer(argv: list[str]) -> int:
-    from tkbox_daemon.signer.cli import signer_main
-
-    return signer_main(argv)
-
-
-def _verify(argv: list[str]) -> int:
-    from tkbox_daemon.evidence.verify import verify_main
-
-    return verify_main(argv)
-
-
-def _policy(argv: list[str]) -> int:
-    if not argv or argv[0] in ("-h", "--help"):
-        print("usage: tkbox policy check [--tool TOOL --args ARGS | --file CALLS.json] [--pack PACK] [--json]")
-        return 0 if argv else 2
-    if argv[0] != "check":
-        print(f"tkbox policy: unknown command {argv[0]!r}; the only one is: check", file=sys.stderr)
-        return 2
-    from tkbox_daemon.policy import check_main
-
-    return check_main(argv[1:])
 
 
 def _demo(argv: list[str]) -> int:
     from .demo import demo_main
 
     return demo_main(argv)
-
-
-def _daemon(argv: list[str]) -> int:
-    from tkbox_daemon.daemon_process import daemon_main
-
-    return daemon_main(argv)
 
 
 def _box(name: str) -> Callable[[list[str]], int]:
@@ -85,24 +72,97 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "down": _up_group("down"),
     "console": _up_group("console"),
     "demo": _demo,
-    "daemon": _daemon,
+    "daemon": daemon_side.daemon,
     **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events")},
-    "signer": _signer,
-    "verify": _verify,
-    "policy": _policy,
+    "signer": daemon_side.signer,
+    "verify": daemon_side.verify,
+    "policy": daemon_side.policy,
 }
+SUBCOMMANDS: dict[str, Callable[[], list[str]]] = {
+    "signer": daemon_side.signer_subcommands,
+    "policy": lambda: ["check"],
+}
+
+
+def command_lines() -> list[list[str]]:
+    """Every command as the words that name it (``["ls"]``, ``["signer", "up"]``, …), groups included, read from
+    the dispatch tables and the groups' own parsers: what the tests run for every command."""
+    lines: list[list[str]] = []
+    for name in COMMANDS:
+        lines.append([name])
+        lines.extend([name, sub] for sub in SUBCOMMANDS.get(name, lambda: [])())
+    return lines
+
+
+def version() -> str:
+    from importlib.metadata import PackageNotFoundError
+    from importlib.metadata import version as installed_version
+
+    try:
+        return installed_version("tkbox")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+def _dispatch(args: list[str]) -> int:
+    if not args:
+        print(USAGE, file=sys.stderr)
+        return 2
+    if args[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    if args[0] == "--version":
+        print(f"tkbox {version()}")
+        return 0
+    command = COMMANDS.get(args[0])
+    if command is None:
+        raise CliError("usage", f"unknown command '{args[0]}'", "the commands are listed by: tkbox --help")
+    return command(args[1:])
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if not args or args[0] in ("-h", "--help", "help"):
-        print(USAGE)
-        return 0 if args else 2
-    command = COMMANDS.get(args[0])
-    if command is None:
-        print(f"tkbox: unknown command {args[0]!r}\n\n{USAGE}", file=sys.stderr)
-        return 2
-    return command(args[1:])
+    name = args[0] if args and args[0] in COMMANDS else ""
+    as_json = wants_json(args)
+    try:
+        try:
+            status = _dispatch(args)
+        except CliError as error:
+            status = report(error, name, as_json)
+        except KeyboardInterrupt:
+            status = report(interrupted(), name, as_json)
+        except SystemExit as exit:  # argparse's --help in a command (0); a message given as the exit's code
+            if isinstance(exit.code, str):
+                status = report(CliError("failed", exit.code), name, as_json)
+            else:
+                status = 0 if exit.code is None else exit.code
+        except BrokenPipeError:
+            raise
+        except Exception as exc:  # a bug: one line, not a traceback
+            if os.environ.get("TKBOX_TRACEBACK"):
+                raise
+            status = report(CliError("internal", f"{type(exc).__name__}: {exc}",
+                                     "a bug in tkbox: TKBOX_TRACEBACK=1 shows where; please report it",
+                                     status=EXIT_INTERNAL), name, as_json)
+        sys.stdout.flush()  # here, not at exit: a closed pipe must be seen while it can be handled
+        return status
+    except BrokenPipeError:
+        return _quiet_after_broken_pipe()
+    except KeyboardInterrupt:  # a second Ctrl+C while the first was being reported
+        return interrupted().status
+
+
+def _quiet_after_broken_pipe() -> int:
+    """The reader went away: say nothing, and point the closed stream at /dev/null so that the interpreter's own
+    flush at exit has nowhere to fail (it would print "Exception ignored … BrokenPipeError")."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except OSError:
+            os.dup2(devnull, stream.fileno())
+    os.close(devnull)
+    return EXIT_BROKEN_PIPE
 
 
 if __name__ == "__main__":

@@ -2,8 +2,9 @@
 
 One App-level worker consumes the daemon's event stream (``_stream_daemon_events``); every other daemon call runs
 in its own worker, so nothing on the UI's path waits on the network.  This module holds the state, the event
-stream, rendering, selection and filter, and command mode; box actions (``box_actions.py``), the exec panel and
-shell (``exec_actions.py``) and themes (``theming.py``) are mixins.  ``make_app`` builds the App for the CLI,
+stream, rendering, selection and filter; box actions (``box_actions.py``), the exec panel and shell
+(``exec_actions.py``), the ``:`` commands (``command_actions.py``), Enter's box and event pages (``drill_down.py``)
+and themes (``theming.py``) are mixins.  ``make_app`` builds the App for the CLI,
 tests and the bench; ``run_console`` runs it against a real daemon.
 """
 
@@ -30,11 +31,13 @@ from ..client import DaemonError
 from ..terminal_text import safe_text
 from .box_actions import BoxActionsMixin
 from .client_protocol import ConsoleClient
-from .command_mode import CommandError, parse_command
-from .event_stream import YIELD_EVERY, Backoff, EventInbox
+from .command_actions import CommandActionsMixin
+from .drill_down import DrillDownMixin
+from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_box_list
 from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
 from .keymap import bindings_for, load_user_keymap, scope_bindings
+from .lifecycle import LifecycleMixin
 from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
 from .present import connection_label, textual_markup_literal
 from .screens import HelpScreen, MainScreen
@@ -50,7 +53,8 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
+class ConsoleApp(LifecycleMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
+                 DrillDownMixin, App[int]):
     """The console; construct it with ``make_app``."""
 
     CSS_PATH = ["styles/base.tcss", "styles/app.tcss"]
@@ -75,12 +79,14 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         self.set_keymap(self.user_keymap)
 
     def get_default_screen(self) -> Screen[Any]:
-        return MainScreen(self.settings.event_ring)
+        self._main_screen = MainScreen(self.settings.event_ring)
+        return self._main_screen
 
     @property
     def main_screen(self) -> MainScreen:
-        """The screen at the bottom of the stack (modals go on top of it)."""
-        return self.screen_stack[0]  # type: ignore[return-value]
+        """The screen at the bottom of the stack (modals go on top of it); the same object while Textual tears the
+        stack down on exit (``lifecycle.py``: nothing may touch it then)."""
+        return self._main_screen
 
     def on_mount(self) -> None:
         self.load_console_themes()
@@ -108,8 +114,8 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         backoff = Backoff(self.settings.reconnect_initial, self.settings.reconnect_maximum)
         while True:
             try:
-                boxes = await self.client.boxes()
-                self.post_message(BoxesLoaded(boxes))
+                boxes, listed_through = await fetch_box_list(self.client)  # the table is reconciled with it
+                self.post_message(BoxesLoaded(boxes, listed_through))
                 self.post_message(ConnectionChanged(True))
                 backoff.reset()
                 received = 0
@@ -133,7 +139,7 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
             if self.state.apply(event) and event.box_id in self.state.boxes and event.kind != "box.removed":
                 self._boxes_to_refresh.add(event.box_id)
             if event.kind == "box.removed":
-                self.state.boxes.pop(event.box_id, None)
+                self.state.forget_box(event.box_id)
         self._render_dirty = True
 
     @on(ConnectionChanged)
@@ -147,7 +153,7 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
 
     @on(BoxesLoaded)
     def take_boxes(self, message: BoxesLoaded) -> None:
-        self.state.set_boxes(message.boxes)
+        self.state.set_boxes(message.boxes, message.listed_through)
         self._render_dirty = True
 
     @on(BoxRefreshed)
@@ -157,7 +163,7 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
             self._render_dirty = True
 
     def _refresh_touched_boxes(self) -> None:
-        if self._boxes_to_refresh and self.state.connected:
+        if self._boxes_to_refresh and self.state.connected and not self.ui_closed:
             box_ids, self._boxes_to_refresh = sorted(self._boxes_to_refresh), set()
             self._fetch_boxes(box_ids)
 
@@ -175,7 +181,7 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         self._render_dirty = True
 
     def _render_if_dirty(self) -> None:
-        if self._render_dirty and self.main_screen.is_mounted:
+        if self._render_dirty and not self.ui_closed and self.main_screen.is_mounted:
             self._render_now()
 
     def _main_widgets(self) -> tuple[BoxTable, BoxDetail, EventLog, Static, Static, Static] | None:
@@ -213,9 +219,10 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
         follow_status.update(Text(connection_label(  # Text: a regex is no markup
             state.connected, state.disconnect_reason, state.following, state.new_while_paused,
             state.event_filter.describe(), state.event_filter.inverted)))
+        # What matters first (the reason can be long: it wraps, see #connection-banner in app.tcss).
         banner.update(Text("tkbox console" if state.connected else
-                           f"DISCONNECTED: {safe_text(state.disconnect_reason or 'connecting to the daemon…')}  — "
-                           "still retrying; what you see may be out of date"))
+                           "DISCONNECTED — still retrying; what you see may be out of date.  "
+                           f"{safe_text(state.disconnect_reason or 'connecting to the daemon…')}"))
 
     # -- selection, follow, filter, scope -------------------------------------------------------------------
 
@@ -273,37 +280,14 @@ class ConsoleApp(ThemeMixin, BoxActionsMixin, ExecActionsMixin, App[int]):
 
     # -- command mode, help, palette ------------------------------------------------------------------------
 
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # A panel with the focus owns the keys: q, ?, : … of the App do not run behind it (main_screen.py).
+        top = self.screen_stack[-1] if self.screen_stack else None
+        return not (isinstance(top, MainScreen) and top.held_by_focused_panel(action))
+
     def action_command_mode(self) -> None:
         if self.screen is self.main_screen:
             self.main_screen.query_one(CommandBar).open("command")
-
-    def run_command(self, text: str) -> None:
-        try:
-            verb, argument = parse_command(text)
-        except CommandError as exc:
-            self.notify(str(exc), severity="warning")
-            return
-        screen = self.main_screen
-        if verb == "quit":
-            self.exit(0)
-        elif verb == "boxes":
-            screen.query_one(BoxTable).focus()
-        elif verb == "events":
-            screen.query_one(EventLog).focus()
-        elif verb == "box":
-            box = self.state.find_box(argument)
-            if box is None or not screen.query_one(BoxTable).select_box(box.id):
-                self.notify(f"no box named {argument!r}", severity="warning")
-            else:
-                screen.query_one(BoxTable).focus()
-        elif verb == "theme":
-            self.switch_theme(argument)
-        elif verb == "new":
-            self.action_new_box()
-        elif verb == "filter":
-            self.set_event_filter(argument)
-        elif verb == "help":
-            self.action_help()
 
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):

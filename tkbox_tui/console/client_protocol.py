@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from tkbox_daemon.wire import BoxInfo, Event
+from tkbox_daemon.wire import BoxInfo, Event, ExecInfo, ExecOutput
 
 
 class ExecCallLike(Protocol):
@@ -24,6 +24,8 @@ class ExecCallLike(Protocol):
 class ConsoleClient(Protocol):
     """The daemon calls the console makes; every one of them runs in a worker, never on the UI's critical path."""
 
+    async def health(self) -> dict[str, Any]: ...
+
     async def boxes(self) -> list[BoxInfo]: ...
 
     async def box(self, ref: str) -> BoxInfo: ...
@@ -35,6 +37,10 @@ class ConsoleClient(Protocol):
     async def remove_box(self, ref: str) -> BoxInfo: ...
 
     def events(self, after: int = 0, box: str | None = None) -> AsyncIterator[Event]: ...
+
+    async def execs(self, ref: str) -> list[ExecInfo]: ...
+
+    async def exec_output(self, ref: str, exec_id: int) -> ExecOutput: ...
 
     def exec(self, ref: str) -> ExecCallLike: ...
 

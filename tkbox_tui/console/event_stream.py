@@ -1,4 +1,5 @@
-"""Pieces of the daemon event stream handling that need no Textual: reconnect backoff and the event inbox.
+"""Pieces of the daemon event stream handling that need no Textual: reconnect backoff, the event inbox, and the
+box list each (re)connection starts from.
 
 The App's one ``daemon-events`` worker puts events in an ``EventInbox``; the App drains it in one go per
 message, so a burst of thousands of events costs one message and one render, not thousands.
@@ -8,7 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tkbox_daemon.wire import Event
+from tkbox_daemon.wire import BoxInfo, Event
+
+from .client_protocol import ConsoleClient
 
 # The worker yields to the UI after this many events in a row, so keys are handled during a burst.
 YIELD_EVERY = 200
@@ -62,3 +65,13 @@ class EventInbox:
         taken, self.pending = self.pending, []
         self.signalled = False
         return taken
+
+
+async def fetch_box_list(client: ConsoleClient) -> tuple[list[BoxInfo], int | None]:
+    """The daemon's boxes, and its last sequence number asked for just before them: every event up to that number
+    is already in the list (``ConsoleState.listed_through``), so replaying those events cannot bring back a box
+    the daemon no longer knows.  The number is None when the daemon does not give one."""
+    health = await client.health()
+    last_seq = health.get("last_seq") if isinstance(health, dict) else None
+    boxes = await client.boxes()
+    return boxes, last_seq if type(last_seq) is int and last_seq >= 0 else None

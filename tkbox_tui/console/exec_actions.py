@@ -40,22 +40,22 @@ class ExecActionsMixin:
         app.main_screen.query_one(ExecPanel).set_running(True)
         self._run_exec(message.box_id, message.argv)
 
-    def on_exec_panel_interrupt_requested(self) -> None:
+    def on_exec_panel_interrupt_requested(self, message: ExecPanel.InterruptRequested) -> None:
         if self._exec_call is not None:
-            self._send_interrupt(self._exec_call)
+            self._send_interrupt(self._exec_call, message.box_id)
 
     @work(group="exec-signal", exit_on_error=False)
-    async def _send_interrupt(self, call: Any) -> None:
+    async def _send_interrupt(self, call: Any, box_id: str) -> None:
         app: Any = self
         await call.signal("INT")
-        app.post_message(ExecOutputReceived("^C (SIGINT sent)\n", "status"))
+        app.post_message(ExecOutputReceived("^C (SIGINT sent)\n", "status", box_id))
 
     @work(exclusive=True, group="exec", exit_on_error=False, description="exec in the panel")
     async def _run_exec(self, box_id: str, argv: list[str]) -> None:
         app: Any = self
         call = app.client.exec(box_id)
         self._exec_call = call
-        ended = ExecEnded("the exec ended without an exit status")
+        ended = ExecEnded("the exec ended without an exit status", box_id=box_id)
         decoders = {"stdout": SafeStreamDecoder(), "stderr": SafeStreamDecoder()}
         try:
             await call.start(argv)
@@ -63,35 +63,39 @@ class ExecActionsMixin:
                 if isinstance(item, tuple):
                     stream_no, data = item
                     stream = "stderr" if stream_no == 2 else "stdout"
-                    app.post_message(ExecOutputReceived(decoders[stream].feed(data), stream))
+                    app.post_message(ExecOutputReceived(decoders[stream].feed(data), stream, box_id))
                 elif item.get("type") == "decision":
                     app.post_message(ExecOutputReceived(
                         f"[decision: {safe_text(item.get('verdict', '?'))} {safe_text(item.get('reason', ''))}]\n"
-                        .replace(" ]", "]"), "status"))
+                        .replace(" ]", "]"), "status", box_id))
                 elif item.get("type") == "denied":
-                    ended = ExecEnded(f"denied: {safe_text(item.get('reason', 'no reason given'))}", 126, dict(item))
+                    ended = ExecEnded(f"denied: {safe_text(item.get('reason', 'no reason given'))}", 126, dict(item),
+                                      box_id=box_id)
+                elif item.get("type") == "error":  # refused before it ran (the request, the box's state…)
+                    ended = ExecEnded(f"refused: {safe_text(item.get('message', 'no reason given'))}", None,
+                                      dict(item), box_id=box_id)
                 elif item.get("type") == "exit":
                     code = item.get("exit_code")
                     ended = ExecEnded(f"exit {safe_text(code)}" + (" (timed out)" if item.get("timed_out") else ""),
-                                      code, dict(item))
+                                      code, dict(item), box_id=box_id)
         except DaemonError as exc:
-            ended = ExecEnded(f"exec failed: {safe_text(exc.message)}")
+            ended = ExecEnded(f"exec failed: {safe_text(exc.message)}", box_id=box_id)
         finally:
             for stream, decoder in decoders.items():
                 if held := decoder.feed(b"", final=True):  # an incomplete character at the very end
-                    app.post_message(ExecOutputReceived(held, stream))
+                    app.post_message(ExecOutputReceived(held, stream, box_id))
             self._exec_call = None
             await call.close()
         app.post_message(ended)
 
     def on_exec_output_received(self, message: ExecOutputReceived) -> None:
         app: Any = self
-        app.main_screen.query_one(ExecPanel).write(message.text)
+        app.main_screen.query_one(ExecPanel).write(message.text, message.box_id or None)
 
     def on_exec_ended(self, message: ExecEnded) -> None:
         app: Any = self
         panel = app.main_screen.query_one(ExecPanel)
-        panel.write(f"[{message.summary}]\n")
+        panel.write(f"[{message.summary}]\n", message.box_id or None)
         panel.set_running(False)
 
     def on_exec_panel_closed(self) -> None:
@@ -102,18 +106,29 @@ class ExecActionsMixin:
         app: Any = self
         box = app._selected_or_warn()
         if box is not None:
-            self._probe_shell(box.name)
+            self._probe_shell(box.id, box.name)
 
     @work(thread=True, group="shell", exit_on_error=False)
-    def _probe_shell(self, box_name: str) -> None:
+    def _probe_shell(self, box_id: str, box_name: str) -> None:
         app: Any = self
         command = shell.shell_command(box_name)
         if command is None:
             app.call_from_thread(app.notify, shell.NO_PTY_MESSAGE, severity="warning")
         else:
-            app.call_from_thread(self._run_shell, command)
+            app.call_from_thread(self._run_shell, command, box_id)
 
-    def _run_shell(self, command: list[str]) -> None:
+    def _run_shell(self, command: list[str], box_id: str) -> None:
         app: Any = self
+        seen = app.state.last_seq
         code = shell.run_suspended(app, command)
-        app.notify(shell.describe_exit(code), severity="warning" if code in (None, 126) else "information")
+        if code == shell.EXIT_REFUSED:  # say why in words: the terminal that showed it is gone
+            self._explain_shell_refusal(box_id, seen)
+        else:
+            app.notify(shell.describe_exit(code), severity="warning" if code is None else "information")
+
+    @work(group="shell-refusal", exit_on_error=False, description="why the shell was refused")
+    async def _explain_shell_refusal(self, box_id: str, seen: int) -> None:
+        app: Any = self
+        denial = await shell.wait_for_refusal(lambda: app.state.events, box_id, seen)
+        app.notify(shell.describe_refusal(denial), title="shell refused", severity="warning", timeout=20,
+                   markup=False)

@@ -21,6 +21,8 @@ from typing import Any
 import yaml
 from textual.binding import Binding
 
+from .command_mode import commands_markdown
+
 
 @dataclass(frozen=True)
 class KeySpec:
@@ -38,17 +40,20 @@ class KeySpec:
 SCOPES = {
     "app": "Everywhere",
     "main": "Main screen (boxes, events, detail)",
+    "boxes": "Boxes table (when it has the focus)",
     "log": "Event log (when it has the focus)",
     "exec": "Exec panel",
     "form": "New box form",
     "confirm": "Confirm dialog",
     "help": "Help screen",
+    "box_page": "Box page (its execs and their output; Enter on a box)",
+    "event_page": "Event page (every field of one event; Enter in the event log)",
 }
 
 CATALOGUE: tuple[KeySpec, ...] = (
     KeySpec("app", "app.quit", "q", "quit", "Quit (boxes keep running)"),
     KeySpec("app", "app.help", "question_mark", "help", "Help: keys of this screen"),
-    KeySpec("app", "app.command", "colon", "command_mode", "Command mode (:boxes :events :box NAME :q)"),
+    KeySpec("app", "app.command", "colon", "command_mode", "Command mode: every action (:exec CMD, :stop, :q…)"),
     KeySpec("main", "box.new", "n", "new_box", "New box"),
     KeySpec("main", "box.exec", "e", "exec_box", "Exec in box"),
     KeySpec("main", "box.shell", "s", "open_shell", "Shell in box"),
@@ -61,18 +66,49 @@ CATALOGUE: tuple[KeySpec, ...] = (
     KeySpec("main", "nav.up", "k", "cursor_up", "Up", show=False),
     KeySpec("main", "pane.next", "tab", "focus_next", "Next pane", show=False),
     KeySpec("main", "pane.previous", "shift+tab", "focus_previous", "Previous pane", show=False),
+    KeySpec("boxes", "box.open", "enter", "select_cursor", "Open the box's page: its execs and their output"),
+    KeySpec("log", "log.open", "enter", "app.open_event", "Open the event at the marker (or the newest in view)"),
     KeySpec("log", "log.next_match", "n", "next_match", "Next match"),
     KeySpec("log", "log.previous_match", "N", "previous_match", "Previous match"),
     KeySpec("exec", "exec.interrupt", "ctrl+c", "interrupt", "Interrupt (SIGINT)", priority=True),
     KeySpec("exec", "exec.close", "escape", "close_panel", "Close exec panel"),
+    KeySpec("exec", "exec.history_previous", "up", "history_previous", "Previous command run in this box", show=False),
+    KeySpec("exec", "exec.history_next", "down", "history_next", "Next command run in this box", show=False),
     KeySpec("form", "form.submit", "ctrl+s", "submit", "Create the box"),
     KeySpec("form", "form.cancel", "escape", "cancel", "Cancel"),
     KeySpec("confirm", "confirm.yes", "y", "confirm", "Yes, do it"),
     KeySpec("confirm", "confirm.no", "n", "cancel", "No"),
     KeySpec("confirm", "confirm.escape", "escape", "cancel", "Cancel", show=False),
     KeySpec("help", "help.close", "escape,q,question_mark", "close", "Close help"),
+    KeySpec("box_page", "box_page.back", "escape", "back", "Back: output → execs → boxes"),
+    KeySpec("box_page", "box_page.copy", "y", "copy", "Copy exec (escaped)"),
+    KeySpec("box_page", "box_page.refresh", "r", "refresh", "Refresh"),
+    KeySpec("event_page", "event_page.back", "escape", "back", "Back"),
+    KeySpec("event_page", "event_page.copy", "y", "copy", "Copy event (escaped)"),
 )
 BINDING_IDS = frozenset(spec.id for spec in CATALOGUE)
+
+FOOTER_HINTS = {
+    "app.help": "Help", "app.command": "Commands", "app.quit": "Quit",
+    "box.new": "New", "box.open": "Open", "box.exec": "Exec", "box.shell": "Shell", "box.stop": "Stop…",
+    "box.remove": "Remove…", "log.filter": "Filter", "log.follow": "Follow", "log.scope": "All / this box",
+    "log.open": "Open", "log.next_match": "Next match", "log.previous_match": "Previous match",
+    "exec.interrupt": "Interrupt", "exec.close": "Close",
+}
+"""The footer's word for a binding, by id (the description stays for ``?`` and docs/keys.md): a row of full
+descriptions is wider than 200 columns, and the footer cut off its last keys, ``?`` and ``:`` among them."""
+FOOTER_FIRST = ("app.help", "app.command", "app.quit")
+"""The keys the footer shows first, so that however narrow the terminal, it hints how to find every other."""
+
+PANE_NAVIGATION = frozenset({"focus_next", "focus_previous", "cursor_down", "cursor_up"})
+"""Actions of the main screen that still work while a panel owns the keys: moving between panes, scrolling."""
+
+
+def held_by_panels() -> frozenset[str]:
+    """The actions (without their ``app.`` namespace) of the App and the main screen that a panel with the focus
+    (the exec panel) keeps from running: all but ``PANE_NAVIGATION``."""
+    return frozenset(spec.action.removeprefix("app.") for spec in CATALOGUE
+                     if spec.scope in ("app", "main")) - PANE_NAVIGATION
 
 # A key name as Textual writes it (``ctrl+shift+x``, ``f5``, ``question_mark``) or one printable character.
 KEY = re.compile(r"^(?:(?:ctrl|shift|alt|super|meta)\+)*(?:[a-z0-9_]+|[^\s,+])\Z")
@@ -153,10 +189,16 @@ def keys_markdown() -> str:
              "Ctrl+P opens the command palette everywhere (box actions for the selected box, `theme: NAME`).", "",
              "`/` filters the event log: `box:NAME kind:PREFIX REGEX` (a case-insensitive regular expression), "
              "a leading `!` inverts it.  While the event log has the focus, `n`/`N` step between the lines that "
-             "match (so `n` there is not New box); see [console.md](console.md).", ""]
+             "match (so `n` there is not New box); see [console.md](console.md).", "",
+             "`Tab` / `Shift+Tab` move the focus between the panes shown: the boxes, the event log, and the exec "
+             "panel (its output, its command line) and the `:`/`/` line while they are open.  A panel that has the "
+             "focus owns the keys: while the exec panel has it, the main screen's keys and `q`, `?`, `:` do nothing "
+             "(`Tab`, `Shift+Tab`, `j`/`k` still move and scroll); `Esc` leaves it.", "",
+             "The footer hints `?`, `:` and `q` first, then the focused pane's keys, each with a short word; "
+             "`?` lists every key with its full description.", ""]
     for scope, title in SCOPES.items():
         lines += [f"## {title}", "", "| Key | Id | Does |", "|---|---|---|"]
         lines += [f"| {_display_key(spec.key)} | `{spec.id}` | {spec.description} |"
                   for spec in CATALOGUE if spec.scope == scope]
         lines.append("")
-    return "\n".join(lines)
+    return "\n".join(lines) + "\n" + commands_markdown()

@@ -29,9 +29,11 @@ class ConnectionChanged(Message):
 
 @dataclass
 class BoxesLoaded(Message):
-    """A full list of boxes arrived from the daemon (at start and after every reconnect)."""
+    """A full list of boxes arrived from the daemon (at start and after every reconnect); ``listed_through`` is the
+    daemon's last sequence number from just before it was asked for (``ConsoleState.listed_through``)."""
 
     boxes: list[BoxInfo]
+    listed_through: int | None = None
 
 
 @dataclass
@@ -50,6 +52,7 @@ class BoxActionFinished(Message):
     box: BoxInfo | None = None
     error: str = ""
     error_field: str = ""
+    error_code: str = ""
 
 
 @dataclass
@@ -58,6 +61,8 @@ class ExecOutputReceived(Message):
 
     text: str
     stream: str = "stdout"
+    box_id: str = ""
+    """The box whose exec it is: the panel shows only its own box's text."""
 
 
 @dataclass
@@ -67,6 +72,7 @@ class ExecEnded(Message):
     summary: str
     exit_code: int | None = None
     extra: dict[str, object] = field(default_factory=dict)
+    box_id: str = ""
 
 
 @dataclass

@@ -22,7 +22,7 @@ from ..terminal_text import clip, safe_text
 BOX_COLUMNS = ("name", "state", "image", "age", "left", "execs", "conns", "approvals", "last event")
 # Kinds whose log lines stand out: the daemon refused or could not record something.
 ALERT_KINDS = frozenset({"exec.denied", "exec.refused", "box.failed", "gap", "signer.unavailable",
-                         "daemon.unrecorded", "guest.protocol_error", "guest.ended"})
+                         "daemon.unrecorded", "guest.protocol_error", "guest.ended", "box.lost", "daemon.registry"})
 
 
 def parse_time(value: str) -> datetime | None:
@@ -54,7 +54,7 @@ def box_age(box: BoxInfo, now: datetime) -> str:
 
 def box_time_left(box: BoxInfo, now: datetime) -> str:
     expires = parse_time(box.expires_at)
-    if expires is None or box.state in ("stopped", "failed", "removed"):
+    if expires is None or box.state in ("stopped", "failed", "lost", "removed"):
         return "-"
     return format_duration((expires - now).total_seconds())
 
@@ -67,7 +67,8 @@ def state_class(state: str) -> str:
 def state_cell(shown_state: str, theme_variables: dict[str, str]) -> Text:
     """The state cell for ``shown_state`` (the escaped state of ``box_cells``), coloured with the theme's
     ``box-<state>`` token; a ``Text``, so never read as markup."""
-    return Text(shown_state or "?", style=theme_variables.get(f"box-{shown_state}", ""))
+    token = "box-failed" if shown_state == "lost" else f"box-{shown_state}"  # a lost box alarms as a failed one
+    return Text(shown_state or "?", style=theme_variables.get(token, ""))
 
 
 def box_cells(box: BoxInfo, now: datetime) -> tuple[str, ...]:
@@ -130,7 +131,8 @@ def _field(text: str) -> str:
 def _line(event: Event, box_name: str | None, data: str) -> str:
     clock = _field(event.time[11:19] if len(event.time) >= 19 else event.time)
     who = _field(box_name or event.box_id or "daemon")
-    return f"{clock} #{event.seq:<6} {who:<16} {_field(event.kind):<20} {data}".rstrip()
+    head = f"{clock} #{event.seq:<6} {who:<16} {_field(event.kind):<20}"
+    return f"{head} {data}" if data else head.rstrip()  # a value's own trailing space stays: it is searched
 
 
 def event_line(event: Event, box_name: str | None) -> str:
@@ -146,6 +148,13 @@ def event_search_text(event: Event, box_name: str | None) -> str:
     return _line(event, box_name, _pairs(event.data, SEARCH_VALUE_LIMIT))
 
 
+def event_texts(event: Event, box_name: str | None) -> tuple[str, str]:
+    """``(event_line, event_search_text)`` with the payload formatted once: the drawn payload is the searched one
+    cut to ``DRAWN_DATA_LIMIT`` (the same text ``describe_data`` gives, since each value's head is the same)."""
+    searched = _pairs(event.data, SEARCH_VALUE_LIMIT)
+    return _line(event, box_name, clip(searched, DRAWN_DATA_LIMIT)), _line(event, box_name, searched)
+
+
 _LINE_KIND = re.compile(r"[^ ]+ #[0-9]+ +[^ ]+ +([^ ]+)")  # time, #seq, box, then the kind: words of _field
 
 
@@ -156,10 +165,12 @@ def is_alert_line(line: str) -> bool:
     return head is not None and head.group(1) in ALERT_KINDS
 
 
-def last_event_cell(shown_kind: str, theme_variables: dict[str, str]) -> Text:
-    """The boxes table's ``last event`` cell for ``shown_kind`` (escaped by ``box_cells``): an alert kind in the
-    theme's ``event-alert`` colour; a ``Text``, so never read as markup."""
-    return Text(shown_kind, style=theme_variables.get("event-alert", "") if shown_kind in ALERT_KINDS else "")
+def last_event_cell(shown_kind: str, theme_variables: dict[str, str]) -> Text | str:
+    """The boxes table's ``last event`` cell for ``shown_kind`` (escaped by ``box_cells``): an alert kind as a
+    ``Text`` in the theme's ``event-alert`` colour, any other as literal markup (``rich_markup_literal``)."""
+    if shown_kind in ALERT_KINDS:
+        return Text(shown_kind, style=theme_variables.get("event-alert", ""))
+    return rich_markup_literal(shown_kind)
 
 
 def box_detail_lines(box: BoxInfo) -> list[tuple[str, str]]:

@@ -6,18 +6,21 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .keymap import config_dir
+from .saved_settings import SAVED_SETTINGS_NAME
 from .state import DEFAULT_EVENT_RING
-from .themes import DEFAULT_THEME, SHIPPED_THEMES_DIR
+from .themes import SHIPPED_THEMES_DIR
 
 
 @dataclass
 class ConsoleSettings:
     """Defaults suit an operator; tests turn off watchers and blinking and make reconnects immediate."""
 
-    theme: str = DEFAULT_THEME
-    """The theme to start with (falls back to the default when missing or broken)."""
+    theme: str | None = None
+    """The theme to start with; None: the one the operator last chose (``console.json``), else ``DEFAULT_THEME``.
+    Either falls back to the default, with one notification, when it is not available."""
     config_dir: Path = field(default_factory=config_dir)
-    """Where ``config.yaml`` (keymap) and ``themes/`` (user themes) live."""
+    """Where ``config.yaml`` (keymap), ``themes/`` (user themes) and ``console.json`` (the console's own settings:
+    the chosen theme) live."""
     shipped_themes_dir: Path = SHIPPED_THEMES_DIR
     event_ring: int = DEFAULT_EVENT_RING
     """How many events the console keeps (the daemon keeps them all)."""
@@ -40,3 +43,8 @@ class ConsoleSettings:
     @property
     def user_themes_dir(self) -> Path:
         return self.config_dir / "themes"
+
+    @property
+    def saved_settings_file(self) -> Path:
+        """What the console remembers between runs, written by the console itself (``saved_settings.py``)."""
+        return self.config_dir / SAVED_SETTINGS_NAME

@@ -1,8 +1,8 @@
 """``ConsoleState``: what the console shows, as a pure reducer over daemon events (no Textual, no I/O).
 
 Boxes are kept by id; events live in a bounded ring (the daemon keeps the full history); a filter (box, kind
-prefix and a regular expression over the log line, optionally inverted) chooses which events the log shows;
-following can be paused, and events arriving meanwhile are counted ("+N new").
+prefix and a regular expression over every field of the event, optionally inverted) chooses which events the log
+shows; following can be paused, and events arriving meanwhile are counted ("+N new").
 Applying an event twice is harmless: events at or below the last sequence number seen are ignored.
 """
 
@@ -16,7 +16,7 @@ from dataclasses import dataclass, field, replace
 from tkbox_daemon.wire import BoxInfo, Event
 
 from .filter_pattern import FilterError, FilterPattern, compile_pattern
-from .present import event_line
+from .present import event_line, event_search_text, event_texts
 
 DEFAULT_EVENT_RING = 5_000
 
@@ -28,8 +28,10 @@ STATE_BY_KIND = {
     "box.failed": "failed",
     "box.held": "held",
     "box.released": "running",
+    "box.lost": "lost",
     "box.removed": "removed",
 }
+NAMES_KEPT = 10_000  # box names remembered by id, removed boxes included (their events keep showing the name)
 
 
 def _trim(text: str) -> str:
@@ -46,7 +48,8 @@ class EventFilter:
     """Which events the log shows.
 
     An event matches when every part that is set matches: ``box`` (its id or name), ``kind`` (a prefix of its kind)
-    and ``text``, a case-insensitive regular expression searched in the event's log line as shown.  ``inverted``
+    and ``text``, a case-insensitive regular expression searched in every field of the event, spelled as its log
+    line spells them but not cut (``present.event_search_text``).  ``inverted``
     shows the events that do not match instead.  Build one with ``parse``; the constructor checks ``text`` too.
     """
 
@@ -100,14 +103,14 @@ class EventFilter:
 
     def matches(self, event: Event, box_name: str | None, line: str | None = None) -> bool:
         """Whether ``event`` (of the box named ``box_name``, if known) matches, before any inversion; ``line`` is
-        its log line when the caller has formatted it already."""
+        its search text (``event_search_text``) when the caller has formatted it already."""
         if self.box and self.box not in (event.box_id, box_name):
             return False
         if self.kind and not event.kind.startswith(self.kind):
             return False
         if self.regex is None:
             return True
-        return self.regex.search(event_line(event, box_name) if line is None else line) is not None
+        return self.regex.search(event_search_text(event, box_name) if line is None else line) is not None
 
     def shows(self, event: Event, box_name: str | None, line: str | None = None) -> bool:
         """Whether the log shows ``event`` under this filter (``matches``, flipped when inverted)."""
@@ -139,6 +142,11 @@ class ConsoleState:
     disconnect_reason: str = ""
     selected_box_id: str | None = None
     scope_to_selected: bool = False
+    box_names: dict[str, str] = field(default_factory=dict)
+    """Every box name seen, by id, kept after the box is gone (its events still show its name, not its id)."""
+    listed_through: int = 0
+    """The daemon's last sequence number when the box list in force was asked for: that list already holds what
+    every event up to it did, so such an event (a reconnect replays them) never adds or changes a row."""
 
     def __post_init__(self) -> None:
         self.events = deque(maxlen=self.ring_size)
@@ -160,6 +168,10 @@ class ConsoleState:
     def _apply_to_box(self, event: Event) -> None:
         if not event.box_id:
             return
+        if event.kind == "box.created" and isinstance(event.data.get("name"), str):
+            self._remember_name(event.box_id, event.data["name"])
+        if event.seq <= self.listed_through:
+            return  # the box list is newer: a box the daemon no longer knows must not come back as a ghost row
         box = self.boxes.get(event.box_id)
         if box is None:
             if event.kind != "box.created":
@@ -174,14 +186,32 @@ class ConsoleState:
 
     # -- boxes ------------------------------------------------------------------------------------------
 
-    def set_boxes(self, boxes: list[BoxInfo]) -> None:
-        """A full list from the daemon replaces ours (boxes it no longer knows are gone)."""
+    def set_boxes(self, boxes: list[BoxInfo], listed_through: int | None = None) -> None:
+        """A full list from the daemon replaces ours (boxes it no longer knows are gone); ``listed_through`` is the
+        daemon's last sequence number from just before the list was asked for (see ``listed_through``)."""
         self.boxes = {box.id: box for box in boxes}
+        for box in boxes:
+            self._remember_name(box.id, box.name)
+        if listed_through is not None:
+            self.listed_through = listed_through
         if self.selected_box_id not in self.boxes:
             self.selected_box_id = next(iter(self.boxes), None)
 
     def update_box(self, box: BoxInfo) -> None:
         self.boxes[box.id] = box
+        self._remember_name(box.id, box.name)
+
+    def forget_box(self, box_id: str) -> None:
+        """Drop a box's row (removed, or unknown to the daemon); its name stays for its events."""
+        self.boxes.pop(box_id, None)
+        if self.selected_box_id == box_id:
+            self.selected_box_id = next(iter(self.boxes), None)
+
+    def _remember_name(self, box_id: str, name: str) -> None:
+        self.box_names.pop(box_id, None)
+        self.box_names[box_id] = name
+        if len(self.box_names) > NAMES_KEPT:
+            del self.box_names[next(iter(self.box_names))]
 
     def find_box(self, ref: str) -> BoxInfo | None:
         """A box by id or name."""
@@ -202,16 +232,20 @@ class ConsoleState:
         return not self.event_filter.active or self.event_filter.shows(event, self._box_name(event))
 
     def shown_lines(self, events: Iterable[Event]) -> list[str]:
-        """The log lines of those of ``events`` that the log shows, each line formatted once (the filter's
-        regex searches the same text that is shown)."""
+        """The log lines of those of ``events`` that the log shows (the regex searches each event's fields in
+        full; the line drawn is cut)."""
         lines = []
         for event in events:
             if self._outside_scope(event):
                 continue
             name = self._box_name(event)
-            line = event_line(event, name)
-            if not self.event_filter.active or self.event_filter.shows(event, name, line):
-                lines.append(line)
+            if self.event_filter.regex is None:  # nothing to search: only the drawn line is made
+                if not self.event_filter.active or self.event_filter.shows(event, name):
+                    lines.append(event_line(event, name))
+                continue
+            drawn, searched = event_texts(event, name)  # the payload formatted once for both
+            if self.event_filter.shows(event, name, searched):
+                lines.append(drawn)
         return lines
 
     def _outside_scope(self, event: Event) -> bool:
@@ -219,7 +253,7 @@ class ConsoleState:
 
     def _box_name(self, event: Event) -> str | None:
         box = self.boxes.get(event.box_id)
-        return box.name if box else None
+        return box.name if box else self.box_names.get(event.box_id)
 
     def pause(self) -> None:
         if self.following:

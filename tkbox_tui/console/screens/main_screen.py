@@ -2,6 +2,11 @@
 
 The screen owns layout and keys; the App owns the state and the daemon, and sets this screen's widgets from it
 ("attributes down").  Key actions that need the daemon are forwarded to the App.
+
+Tab and Shift+Tab move the focus between the panes that are shown: the boxes, the event log, and the exec panel's
+output and command line and the ``:``/``/`` line while they are open.  A panel that has the focus (the exec panel)
+owns the keys: the main screen's and the App's keys do not reach behind it (``held_by_focused_panel``), except
+those that move between panes and scroll; Esc leaves it.
 """
 
 from __future__ import annotations
@@ -9,10 +14,11 @@ from __future__ import annotations
 from textual.app import ComposeResult
 from textual.containers import Horizontal, Vertical
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
-from ..keymap import bindings_for
+from ..keymap import bindings_for, held_by_panels
 from ..widgets import BoxDetail, BoxTable, CommandBar, EventLog, ExecPanel
+from ..widgets.console_footer import ConsoleFooter
 
 
 class MainScreen(Screen[None]):
@@ -39,10 +45,27 @@ class MainScreen(Screen[None]):
             yield Static("", id="follow-status")
         yield ExecPanel(id="exec-panel")
         yield CommandBar(id="command-bar")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.app.main_screen_ready()  # type: ignore[attr-defined]
+
+    # Panes: Tab / Shift+Tab, and the keys a focused panel keeps for itself.
+    def action_focus_next(self) -> None:
+        self.focus_next()
+
+    def action_focus_previous(self) -> None:
+        self.focus_previous()
+
+    def held_by_focused_panel(self, action: str) -> bool:
+        """Whether ``action`` (of this screen or the App) is kept from running because a panel has the focus."""
+        focused = self.focused
+        in_panel = focused is not None and any(isinstance(node, ExecPanel) for node in focused.ancestors_with_self)
+        return in_panel and action in held_by_panels()
+
+    def check_action(self, action: str, parameters: tuple[object, ...]) -> bool | None:
+        # False: the binding does not run (the key goes on, unhandled) and the footer leaves it out.
+        return not self.held_by_focused_panel(action)
 
     # Navigation that works whichever pane has the focus.
     def action_cursor_down(self) -> None:

@@ -29,6 +29,9 @@ class NewBoxScreen(ModalScreen[dict[str, Any] | None]):
     """Each field is checked when it changes; Create (Ctrl+S) submits only a form without problems."""
 
     BINDINGS = bindings_for("form")
+    AUTO_FOCUS = "#field-name"
+    """The first field has the focus when the form opens (Textual's default focuses the scrolling container, and
+    the first keys typed were lost)."""
     DEFAULT_CSS = """
     NewBoxScreen { align: center middle; }
     NewBoxScreen > VerticalScroll { width: 84; height: auto; max-height: 95%; border: round $primary;

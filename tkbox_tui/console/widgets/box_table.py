@@ -2,7 +2,9 @@
 
 ``DataTable`` reads a ``str`` cell as Rich markup, so every text cell (already escaped by ``present.box_cells``)
 is written as literal markup too (``rich_markup_literal``): a box's text shows as itself, never as styles or
-links.
+links.  The state and last-event cells are ``Text`` coloured with the theme's tokens (``box-<state>``;
+``event-alert`` for an alert kind).  A column widens when a cell updated in place needs it (``DataTable`` sizes
+columns when rows are added and, by default, not on ``update_cell``), so ``exec.finished`` is never cut.
 """
 
 from __future__ import annotations
@@ -15,12 +17,17 @@ from textual.widgets import DataTable
 
 from tkbox_daemon.wire import BoxInfo
 
-from ..present import BOX_COLUMNS, box_cells, rich_markup_literal, state_cell
+from ..keymap import bindings_for
+from ..present import BOX_COLUMNS, box_cells, last_event_cell, rich_markup_literal, state_cell
 
 
 class BoxTable(DataTable[object]):
     """Boxes keyed by id; ``sync`` applies a new picture of the boxes with ``update_cell``/``add_row``/``remove_row``."""
 
+    BINDINGS = bindings_for("boxes")
+    """Enter (``box.open``) opens the box's page: the table's own select, which posts ``RowSelected``."""
+    KEY_SCOPE = "boxes"
+    HELP_PANE = "boxes table"
     DEFAULT_CSS = """
     BoxTable { height: 1fr; }
     """
@@ -52,20 +59,20 @@ class BoxTable(DataTable[object]):
         for box_id, box in boxes.items():
             cells = box_cells(box, now)
             shown = self._shown_cells.get(box_id)
-            rendered = [state_cell(cell, theme_variables) if column == "state" else rich_markup_literal(cell)
-                        for column, cell in zip(BOX_COLUMNS, cells, strict=True)]
+            rendered = [_cell(column, cell, theme_variables) for column, cell in zip(BOX_COLUMNS, cells, strict=True)]
             if shown is None:
                 self.add_row(*rendered, key=box_id)
             else:
                 for column, old, new, value in zip(BOX_COLUMNS, shown, cells, rendered, strict=True):
                     if old != new:
-                        self.update_cell(box_id, column, value)
+                        self.update_cell(box_id, column, value, update_width=True)
             self._shown_cells[box_id] = cells
 
     def recolour(self, theme_variables: dict[str, str]) -> None:
-        """Re-render the state cells after a theme change."""
+        """Re-render the coloured cells (state, last event) after a theme change."""
         for box_id, cells in self._shown_cells.items():
-            self.update_cell(box_id, "state", state_cell(cells[1], theme_variables))
+            for column in _COLOURED:
+                self.update_cell(box_id, column, _cell(column, cells[_COLOURED[column]], theme_variables))
 
     def select_box(self, box_id: str) -> bool:
         """Move the cursor to ``box_id``; False when there is no such row."""
@@ -77,3 +84,16 @@ class BoxTable(DataTable[object]):
     def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
         event.stop()
         self.post_message(self.BoxHighlighted(str(event.row_key.value) if event.row_key else None))
+
+
+_COLOURED = {"state": BOX_COLUMNS.index("state"), "last event": BOX_COLUMNS.index("last event")}
+"""The columns whose cells carry a theme colour, with their index in ``BOX_COLUMNS``."""
+
+
+def _cell(column: str, shown: str, theme_variables: dict[str, str]) -> object:
+    """One cell as the table takes it: a coloured ``Text`` for state and last event, literal markup otherwise."""
+    if column == "state":
+        return state_cell(shown, theme_variables)
+    if column == "last event":
+        return last_event_cell(shown, theme_variables)
+    return rich_markup_literal(shown)

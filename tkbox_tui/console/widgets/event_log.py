@@ -1,7 +1,10 @@
 """``EventLog``: the live event stream as plain lines; follows new events until the operator scrolls up.
 
-It highlights the matches of the filter's regular expression in the lines it shows, and ``n``/``N`` move a
-current-line marker to the next/previous line with a match (every shown line when there is nothing to highlight).
+Following means the newest line is on screen, after every write and every resize (``keep_newest_in_view``).
+
+It colours the lines of alert kinds (``present.is_alert_line``), highlights the matches of the filter's regular
+expression in the lines it shows, and ``n``/``N`` move a current-line marker to the next/previous line shown (each
+matches the filter, though a match past a line's cut is not drawn).
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ from textual.widgets import Log
 
 from ..filter_pattern import FilterPattern
 from ..keymap import bindings_for
+from ..present import is_alert_line
 
 
 class MatchHighlighter(Highlighter):
@@ -31,6 +35,8 @@ class MatchHighlighter(Highlighter):
         self._style_of = style_of
 
     def highlight(self, text: Text) -> None:
+        if is_alert_line(text.plain):  # denials, failures, gaps…: the theme's event-alert colour
+            text.stylize(self._style_of("event-log--alert"))
         if self.on_current_line:
             text.stylize(self._style_of("event-log--current"))
         if self.pattern is not None:
@@ -48,11 +54,12 @@ class EventLog(Log):
     KEY_SCOPE = "log"
     """The key catalogue's scope of this pane (help lists its keys while another pane has the focus)."""
     HELP_PANE = "event log"
-    COMPONENT_CLASSES = {"event-log--match", "event-log--current"}
+    COMPONENT_CLASSES = {"event-log--match", "event-log--current", "event-log--alert"}
     DEFAULT_CSS = """
     EventLog { height: 1fr; }
     EventLog > .event-log--match { background: $log-match; color: $background; text-style: bold; }
     EventLog > .event-log--current { background: $primary 30%; }
+    EventLog > .event-log--alert { color: $event-alert; }
     """
 
     @dataclass
@@ -77,6 +84,16 @@ class EventLog(Log):
         self.auto_scroll = True
         self.scroll_end(animate=False)
 
+    def keep_newest_in_view(self) -> None:
+        """While following, show the newest line: ``Log`` scrolls to the end after a write only when the view was at
+        the end already, and a resize (the exec panel opening, the terminal shrinking) leaves the view short of it —
+        following would stop for good while the status still said FOLLOWING."""
+        if self.auto_scroll and not self.is_vertical_scrollbar_grabbed:
+            self.scroll_end(animate=False, immediate=True, x_axis=False)
+
+    def on_resize(self) -> None:
+        self.keep_newest_in_view()
+
     def replace_lines(self, lines: list[str]) -> None:
         """Show exactly ``lines`` (after the filter or scope changed)."""
         self.current_line = None
@@ -92,6 +109,8 @@ class EventLog(Log):
         dropped = before + len(split) - len(self.lines)
         if dropped and self.current_line is not None:
             self.current_line = self.current_line - dropped if self.current_line >= dropped else None
+        if scroll_end is not False:
+            self.keep_newest_in_view()
         return self
 
     def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
@@ -123,9 +142,9 @@ class EventLog(Log):
         self.refresh()
 
     def matching_lines(self) -> list[int]:
-        """Indexes of the lines ``n``/``N`` stop at: those with a match, or every line without a pattern."""
-        pattern = self.highlighter.pattern
-        return [index for index, line in enumerate(self.lines) if pattern is None or pattern.search(line)]
+        """Indexes of the lines ``n``/``N`` stop at: every line shown, since the filter hides the events without a
+        match (a match may lie past the cut of a line: searched, not drawn)."""
+        return list(range(len(self.lines)))
 
     def action_next_match(self) -> None:
         self.move_to_match(+1)

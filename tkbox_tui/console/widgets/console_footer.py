@@ -1,0 +1,39 @@
+"""``ConsoleFooter``: Textual's ``Footer`` with ``?``, ``:`` and ``q`` first and a short word for each key.
+
+Textual's footer lists the focused widget's keys, then the screen's, then the App's, each with its binding's
+description, on one row: with the console's descriptions that row is wider than 200 columns, so the App's keys
+came last and were cut off — ``?`` and ``:``, the ways to every other key, were never hinted.  This footer puts
+``keymap.FOOTER_FIRST`` first and shows ``keymap.FOOTER_HINTS`` words; ``?`` still lists every description.
+Whatever does not fit on a narrow terminal is cut from the end (the command palette hint stays at the right).
+"""
+
+from __future__ import annotations
+
+from textual.app import ComposeResult
+from textual.widget import Widget
+from textual.widgets import Footer
+
+from ..keymap import FOOTER_FIRST, FOOTER_HINTS
+
+
+class ConsoleFooter(Footer):
+    """The footer of the main screen."""
+
+    def compose(self) -> ComposeResult:
+        widgets: list[Widget] = list(super().compose())  # FooterKeys: each has the ``action`` of its binding
+        binding_id = {binding.action: binding.id for _, binding, _, _ in self.screen.active_bindings.values()
+                      if binding.id}
+
+        def id_of(widget: Widget) -> str:
+            return binding_id.get(getattr(widget, "action", ""), "")
+
+        for widget in widgets:
+            if hint := FOOTER_HINTS.get(id_of(widget)):
+                widget.description = hint  # type: ignore[attr-defined]
+
+        def rank(widget: Widget) -> int:
+            if widget.has_class("-command-palette"):
+                return len(FOOTER_FIRST) + 1  # Textual docks it at the right: keep it last
+            return FOOTER_FIRST.index(id_of(widget)) if id_of(widget) in FOOTER_FIRST else len(FOOTER_FIRST)
+
+        yield from sorted(widgets, key=rank)  # a stable sort: the other keys keep Textual's order
