@@ -39,9 +39,11 @@ class ShutdownProbe:
     """Hooks the App's last shutdown step (``_close_messages``, after Textual emptied the screen stack and while the
     App's loop still handles its queue) to do what a late tick, worker or widget would do at that moment."""
 
-    def __init__(self, app, *, queue_messages: bool = False, post_messages: bool = False, tick: bool = False):
+    def __init__(self, app, *, queue_messages: bool = False, post_messages: bool = False, tick: bool = False,
+                 queue_keys: bool = False):
         self.app = app
         self.queue_messages, self.post_messages, self.tick = queue_messages, post_messages, tick
+        self.queue_keys = queue_keys
         self.stack_was_empty = False
         self.posted: list[bool] = []
         self._close_messages = app._close_messages
@@ -53,6 +55,11 @@ class ShutdownProbe:
         if self.queue_messages:  # as if queued just before shutdown began: already past post_message's check
             for message in _console_messages():
                 app._message_queue.put_nowait(message)
+        if self.queue_keys:  # typed just before shutdown began, still queued
+            from textual import events
+
+            for key in ("d", "q", "enter"):
+                app._message_queue.put_nowait(events.Key(key, key if len(key) == 1 else None))
         if self.post_messages:
             self.posted = [app.post_message(message) for message in _console_messages()]
         if self.tick:  # what the render, box-refresh and clock timers call (Textual calls them directly)
@@ -78,6 +85,16 @@ async def test_messages_queued_before_shutdown_are_not_handled_once_the_screens_
     assert probe.stack_was_empty
     assert app.state.selected_box_id == selected and app.state.connected  # no handler ran
     assert not any(call[0] == "exec" for call in fake.calls)  # no exec worker started
+
+
+async def test_keys_queued_before_shutdown_are_not_routed_once_the_screens_are_gone(tmp_path):
+    fake, app = _app(tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await wait_until(pilot, lambda: app.state.connected)
+        probe = ShutdownProbe(app, queue_keys=True)
+    # before: ScreenStackError from App.screen, where Textual routes a key to the focused widget
+    assert probe.stack_was_empty
+    assert not any(call[0] == "remove_box" for call in fake.calls)
 
 
 async def test_messages_posted_after_shutdown_began_are_refused(tmp_path):

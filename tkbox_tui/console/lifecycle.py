@@ -12,6 +12,8 @@ So the App knows when shutdown began (``ui_closed``), and from then on:
 - it takes none of the console's own messages (those defined in ``tkbox_tui``, and ``Worker.StateChanged``),
   neither when they are posted (``check_message_enabled``, Textual's public filter) nor when they were queued
   before shutdown began (``_on_message``, where Textual dispatches a message to its handlers);
+- it handles no input event still queued (a key typed just before: Textual would look up the current screen to
+  route it, and raise ``ScreenStackError``) — ``on_event``;
 - its timer callbacks return at once (they check ``ui_closed`` first: Textual calls a timer's callback directly,
   not through the message queue).
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from textual import events
 from textual.message import Message
 from textual.worker import Worker
 
@@ -34,8 +37,8 @@ def is_console_message(message: Message) -> bool:
 
 
 class LifecycleMixin:
-    """Mixed into ``ConsoleApp`` before ``App``, whose ``exit``, ``check_message_enabled`` and ``_on_message`` it
-    wraps."""
+    """Mixed into ``ConsoleApp`` before ``App``, whose ``exit``, ``check_message_enabled``, ``on_event`` and
+    ``_on_message`` it wraps."""
 
     _exit_requested = False
 
@@ -54,6 +57,11 @@ class LifecycleMixin:
         if self.ui_closed and is_console_message(message):
             return False
         return super().check_message_enabled(message)  # type: ignore[misc]
+
+    async def on_event(self, event: events.Event) -> None:
+        if self.ui_closed and isinstance(event, events.InputEvent):
+            return  # a key or a click queued before shutdown began: there is no screen left to take it
+        await super().on_event(event)  # type: ignore[misc]
 
     async def _on_message(self, message: Message) -> None:
         # Messages queued before shutdown began are dispatched while the screens are torn down: drop ours.
