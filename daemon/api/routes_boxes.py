@@ -8,7 +8,6 @@ from typing import Any
 from aiohttp import web
 
 from .. import strictjson
-from ..boxes.exec_history import history_of
 from .errors import ApiError
 from .keys import MANAGER
 
@@ -56,10 +55,7 @@ async def stop_box(request: web.Request) -> web.Response:
 
 @routes.delete("/v1/boxes/{box}")
 async def remove_box(request: web.Request) -> web.Response:
-    manager = request.app[MANAGER]
-    box = manager.get(request.match_info["box"])
-    info = await manager.remove(box.id)
-    history_of(box).discard()  # its execs' records and output go with it
+    info = await request.app[MANAGER].remove(request.match_info["box"])
     return web.json_response(info.to_json())
 
 

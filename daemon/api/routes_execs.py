@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from aiohttp import web
 
-from ..boxes.exec_history import history_of
 from .errors import not_found
 from .keys import MANAGER
 
@@ -19,7 +18,7 @@ MAX_EXEC_ID_DIGITS = 12
 @routes.get("/v1/boxes/{box}/execs")
 async def list_execs(request: web.Request) -> web.Response:
     box = request.app[MANAGER].get(request.match_info["box"])
-    history = history_of(box)
+    history = box.exec_history
     return web.json_response({"execs": [info.to_json() for info in history.execs()],
                               "kept_bytes": history.kept_bytes, "budget_bytes": history.budget.limit,
                               "tail_bytes": history.tail_bytes})
@@ -31,7 +30,7 @@ async def exec_output(request: web.Request) -> web.Response:
     text = request.match_info["exec"]
     output = None
     if text.isascii() and text.isdigit() and len(text) <= MAX_EXEC_ID_DIGITS:
-        output = history_of(box).output(int(text))
+        output = box.exec_history.output(int(text))
     if output is None:
         raise not_found(f"exec {text[:40]!r} of box {box.settings.name}")
     return web.json_response(output.to_json())

@@ -26,6 +26,7 @@ from ..patch import PatchError
 from ..tasks import spawn
 from ..wire import BoxInfo
 from .channels import AgentListener, BootServer
+from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
 from .patches import BoxPatches
@@ -77,6 +78,7 @@ class Box:
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
         self.patches = BoxPatches(self.layers_dir, self.state_dir, settings)
+        self._exec_history: ExecHistory | None = None
         self.recorder: RunRecorder | None = None
         self.process: BoxProcess | None = None
         self.link: GuestLink | None = None
@@ -102,6 +104,14 @@ class Box:
             self._not_held.clear()
         else:
             self._not_held.set()
+
+    @property
+    def exec_history(self) -> ExecHistory:
+        """The box's decided commands and their kept output, read from its state dir on first use (after a
+        daemon restart too)."""
+        if self._exec_history is None:
+            self._exec_history = ExecHistory(self.state_dir / "execs")
+        return self._exec_history
 
     async def wait_until_not_held(self) -> None:
         """Return once the box is not held (a held box's processes are frozen: their clocks do not count)."""
@@ -397,6 +407,7 @@ class Box:
         self.manager.events.detach_box(self.id)
         await asyncio.to_thread(shutil.rmtree, self.layers_dir, True)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
+        self.exec_history.discard()  # its execs' records and output go with it
         self.set_state("removed")
 
     async def _stop_for_loss(self, reason: str) -> None:

@@ -32,7 +32,6 @@ import re
 import shutil
 import tempfile
 import time
-import weakref
 from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
@@ -43,7 +42,7 @@ from ..wire import ExecInfo, ExecOutput, OutputTail
 from .output_ring import OutputBudget, OutputRing
 
 if TYPE_CHECKING:
-    from .box import Box
+    pass
 
 COMMAND_KEPT = 4 * limits.KIB  # characters of the decided command line a record keeps
 TEXT_KEPT = 1 * limits.KIB  # characters of a reason, hint or error a record keeps
@@ -124,6 +123,7 @@ class ExecHistory:
         self.budget = OutputBudget(budget_bytes)
         self._entries: dict[int, KeptExec] = {}  # by id, oldest first
         self._next_id = 1
+        self._directory_made = False  # made once, on the first write: not a mkdir per exec
         self._load()
 
     # ---- what the API reads ----------------------------------------------------------------
@@ -221,13 +221,16 @@ class ExecHistory:
         self._entries.clear()
         self.budget = OutputBudget(self.budget.limit)
         shutil.rmtree(self.directory, ignore_errors=True)
+        self._directory_made = False
 
     # ---- files ------------------------------------------------------------------------------------
     def _path(self, exec_id: int, suffix: str) -> Path:
         return self.directory / f"{exec_id}.{suffix}"
 
     def _ensure_directory(self) -> None:
-        self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+        if not self._directory_made:
+            self.directory.mkdir(mode=0o700, parents=True, exist_ok=True)
+            self._directory_made = True
 
     def _save_record(self, entry: KeptExec) -> None:
         with contextlib.suppress(OSError):  # the record stays right in memory for this daemon's life
@@ -308,17 +311,3 @@ class ExecHistory:
             dropped = dropped or (info.state != "running" and tail.kept > 0)
             tails[name] = OutputTail(0, tail.total)
         return replace(info, output_dropped=dropped, **tails)
-
-
-_HISTORIES: weakref.WeakKeyDictionary[Box, ExecHistory] = weakref.WeakKeyDictionary()
-
-
-def history_of(box: Box) -> ExecHistory:
-    """The exec history of ``box``, loaded from its state dir on first use (after a daemon restart too).
-
-    Kept beside the box, for its life, rather than as one of its attributes, so that the box's own module does not
-    change for it."""
-    history = _HISTORIES.get(box)
-    if history is None:
-        history = _HISTORIES[box] = ExecHistory(box.state_dir / "execs")
-    return history

@@ -20,7 +20,7 @@ from typing import TYPE_CHECKING, Any
 from .. import limits, strictjson
 from ..doors.commands import ExecRefused, ExecRequest, check_request, decision_args
 from ..tasks import spawn
-from .exec_history import KeptExec, history_of
+from .exec_history import KeptExec
 from .guest_link import GuestExec, GuestFailure, GuestTimeout
 
 CLIENT_QUEUE_ITEMS = 256
@@ -78,7 +78,7 @@ class ExecSession:
         self.command = args["command"]
         decision = await self.box.decide_exec(args)
         shown = {**decision.to_json(), "command": self.command}
-        self.kept = history_of(self.box).begin(self.command, shown, tty=self.request.tty)
+        self.kept = self.box.exec_history.begin(self.command, shown, tty=self.request.tty)
         if not decision.allowed:
             self.box.emit("exec.denied", {"command": self.command, "rule_ids": list(decision.rule_ids),
                                           "reason": decision.reason, "verdict": decision.verdict})

@@ -83,6 +83,7 @@ def _finish_removal(manager: BoxManager, record: BoxRecord) -> None:
     end_leftovers(record.id, {record.uid, record.job_uid})
     shutil.rmtree(manager.config.paths.box_layers(record.id), ignore_errors=True)
     shutil.rmtree(manager.config.paths.box_runtime(record.id), ignore_errors=True)
+    shutil.rmtree(manager.config.paths.box_state(record.id) / "execs", ignore_errors=True)  # as Box.remove does
     manager.release_uids_of(record.id, (record.uid, record.job_uid))
     manager.registry.forget(record.id)
     manager.events.emit(record.id, "box.removed", {"state": "removed", "reason": "the removal begun before the "

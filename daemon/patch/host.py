@@ -24,7 +24,6 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-import tempfile
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -34,6 +33,7 @@ from tkbox_guest import diff
 from tkbox_guest.layers import Budget, DiffError, DiffLimitExceeded
 
 from .. import limits
+from ..fsutil import atomic_writer
 from .summary import FileChange, PatchSummary
 
 # Not yet in limits.py (see the report): a box may list the base's files deleted and as many new ones.
@@ -79,28 +79,12 @@ def can_read_trusted_xattrs() -> bool:
 
 @contextlib.contextmanager
 def _writer(out: BinaryIO | Path) -> Iterator[Callable[[bytes], object]]:
-    """A write function into ``out``; a path gets the bytes all or nothing (a 0600 temporary file in the same
-    directory, fsync, rename, fsync of the directory), as ``fsutil.write_atomically`` does for bytes in memory."""
+    """A write function into ``out``; a path gets the bytes all or nothing (``fsutil.atomic_writer``)."""
     if not isinstance(out, str | os.PathLike):
         yield out.write
         return
-    target = Path(out)
-    fd, temp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=target.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            yield handle.write
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temp, target)
-    except BaseException:
-        Path(temp).unlink(missing_ok=True)
-        raise
-    directory = os.open(target.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        with contextlib.suppress(OSError):  # some filesystems cannot fsync a directory; the rename is atomic
-            os.fsync(directory)
-    finally:
-        os.close(directory)
+    with atomic_writer(Path(out)) as handle:
+        yield handle.write
 
 
 def _file_change(change: diff.Change, entry: dict) -> FileChange:

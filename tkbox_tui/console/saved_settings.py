@@ -9,13 +9,12 @@ defaults used; it is replaced the next time the operator chooses a theme.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from tkbox_daemon.fsutil import write_atomically
 
 from .themes import THEME_NAME
 
@@ -74,20 +73,4 @@ def read_saved_settings(path: Path) -> SavedSettings:
 def write_saved_settings(path: Path, saved: SavedSettings) -> None:
     """Write ``saved`` to ``path`` all or nothing, creating its directory; raises ``OSError`` on failure."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    data = (json.dumps(saved.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8")
-    fd, temporary = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(temporary, path)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    directory = os.open(path.parent, os.O_RDONLY)
-    try:
-        with contextlib.suppress(OSError):  # some file systems cannot fsync a directory; the rename is atomic
-            os.fsync(directory)
-    finally:
-        os.close(directory)
+    write_atomically(path, (json.dumps(saved.to_json(), indent=2, sort_keys=True) + "\n").encode("utf-8"))
