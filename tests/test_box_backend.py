@@ -255,7 +255,9 @@ async def test_the_fake_backend_runs_unisolated_and_only_when_confirmed(spec_dir
 
 async def test_the_fake_backend_pauses_and_kills_its_process_group(spec_dirs):
     backend = FakeBackend(i_understand_this_is_not_isolated=True)
-    box = await backend.start(spec_dirs, [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(600)"])
+    # the box's own long-lived process, not a wait of the test
+    box = await backend.start(spec_dirs, [sys.executable, "-c",
+                                          "import time; print('up', flush=True); time.sleep(600)"])  # noqa: sleep-ok
     await box.pause()
     assert Path(f"/proc/{box.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     await box.resume()
