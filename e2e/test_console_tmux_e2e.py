@@ -92,7 +92,8 @@ def _footer(screen: str) -> str:
 class TestConsoleInTmux:
     def test_tab_moves_the_focus_and_typed_filter_text_is_on_screen(self, tmp_path, size):
         with console_in_tmux(make_checkout(tmp_path), size) as session:
-            assert " n New " in _footer(_capture(session))  # the boxes have the focus: n is New box
+            # the boxes have the focus: n is New box (waited for: a loaded terminal may draw the footer a frame later)
+            assert " n New " in _footer(_wait_for_screen(session, " n New "))
             _send(session, "Tab")
             _wait_for_screen(session, " n Next match ")  # the event log has it: n is Next match
             _send(session, "BTab")
