@@ -25,7 +25,7 @@ import pytest
 
 from e2e.daemon_process import events, make_checkout
 from e2e.signer_process import TKBOX, tkbox
-from e2e.test_console_e2e import _capture, _wait_for_screen
+from e2e.test_console_e2e import _wait_for_screen
 from tkbox_daemon.config import DaemonPaths
 from tkbox_tui.client import DaemonClient
 
