@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tkbox_daemon.boxes.exec_history import ExecHistory
 from tkbox_daemon.boxes.guest_link import GuestLink
 from tkbox_daemon.boxes.recorder import Decision
 from tkbox_daemon.tasks import spawn
@@ -139,6 +140,7 @@ class StubBox:
         self.link = link
         self.state = "running"
         self.state_dir = Path(os.environ["XDG_STATE_HOME"]) / "stub-box"  # the test's own (conftest isolates it)
+        self.exec_history = ExecHistory(self.state_dir / "execs")
         self.events: list[str] = []
         self.event_data: list[tuple[str, dict[str, Any]]] = []
         self.completions: list[dict[str, Any]] = []
