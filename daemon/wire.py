@@ -161,7 +161,7 @@ class ExecInfo:
     output_dropped: bool = False
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}  # every other field is a plain value
         out.update(rule_ids=list(self.rule_ids), stdout=self.stdout.to_json(), stderr=self.stderr.to_json())
         return out
 

@@ -211,7 +211,9 @@ class ExecHistory:
     def _forget_past_max(self) -> None:
         """Past ``max_records``, forget the oldest execs that have ended (a running one is never forgotten)."""
         excess = len(self._entries) - self.max_records
-        for exec_id in [i for i, entry in self._entries.items() if entry.rings is None][:max(excess, 0)]:
+        if excess <= 0:  # the common case, on every exec: no walk over the records
+            return
+        for exec_id in [i for i, entry in self._entries.items() if entry.rings is None][:excess]:
             del self._entries[exec_id]
             self.budget.forget(exec_id)
             self._unlink(exec_id, "json", *STREAMS.values())
@@ -239,7 +241,7 @@ class ExecHistory:
             _write_replacing(self._path(entry.info.id, "json"), record)
 
     def _save_tail(self, exec_id: int, name: str, data: bytes) -> None:
-        self._unlink(exec_id, name)
+        """Once per exec, when it ends (ids are never reused, so no earlier tail of it is on disk)."""
         if data:
             self._ensure_directory()
             _write_replacing(self._path(exec_id, name), data)
