@@ -162,3 +162,4 @@ async def test_a_command_that_ends_after_the_panel_closed_leaves_the_focus_where
         assert isinstance(app.focused, BoxTable)  # not the closed panel's hidden input
         await pilot.press("colon")
         assert isinstance(app.focused, CommandBar)
+

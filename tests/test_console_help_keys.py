@@ -76,3 +76,15 @@ def test_every_key_a_keymap_takes_has_a_label_in_the_convention(key):
     label = key_label(key)
     assert LABEL.match(label), label
     assert label.count("+") >= key.count("+")  # no modifier dropped
+
+
+def test_docs_keys_md_writes_every_key_the_way_help_does():
+    """docs/keys.md is generated from the catalogue; its key column uses ``?``'s spelling, never Textual's names."""
+    from pathlib import Path
+
+    text = (Path(__file__).resolve().parents[1] / "docs" / "keys.md").read_text(encoding="utf-8")
+    key_cells = [line.split("|")[1] for line in text.splitlines() if line.startswith("| `") and "| `:" not in line]
+    keys = [key for cell in key_cells for key in re.findall(r"`([^`]+)`", cell)]
+    assert keys, "no key rows in docs/keys.md"
+    assert all(LABEL.match(key) for key in keys), [key for key in keys if not LABEL.match(key)]
+    assert not any(spelling in key for key in keys for spelling in ("pageup", "pagedown", "super+", "ctrl+", "escape"))

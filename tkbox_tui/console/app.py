@@ -37,6 +37,7 @@ from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_box_list
 from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
 from .keymap import bindings_for, load_user_keymap, scope_bindings
+from .key_routing import KeyRoutingMixin
 from .lifecycle import LifecycleMixin
 from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
 from .present import connection_label, textual_markup_literal
@@ -53,7 +54,7 @@ def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class ConsoleApp(LifecycleMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
+class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
                  DrillDownMixin, App[int]):
     """The console; construct it with ``make_app``."""
 

@@ -22,6 +22,7 @@ import yaml
 from textual.binding import Binding
 
 from .command_mode import commands_markdown
+from .key_names import key_label
 
 
 @dataclass(frozen=True)
@@ -175,9 +176,8 @@ def load_user_keymap(config_file: Path) -> tuple[dict[str, str], list[str]]:
 
 
 def _display_key(keys: str) -> str:
-    names = {"question_mark": "?", "colon": ":", "slash": "/", "escape": "Esc", "tab": "Tab",
-             "shift+tab": "Shift+Tab"}
-    return ", ".join(f"`{names.get(k, k.replace('ctrl+', 'Ctrl+'))}`" for k in keys.split(","))
+    """Keys as docs/keys.md writes them: the same spelling as ``?`` (``key_names.key_label``)."""
+    return ", ".join(f"`{key_label(key)}`" for key in keys.split(",") if key.strip())
 
 
 def keys_markdown() -> str:

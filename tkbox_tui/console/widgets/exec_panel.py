@@ -99,7 +99,9 @@ class ExecPanel(Vertical):
         self.query_one("#exec-title", Label).update(Text(f"exec in {safe_text(box_name)}  —  runs argv, no shell; "
                                                          "!CMD runs through sh -c"))
         self.add_class("-open")
-        self.query_one("#exec-output" if self.running else "#exec-argv").focus()
+        # At once, not as ``focus()`` does (after the messages already queued): keys typed right after ``e`` are
+        # already queued and would otherwise reach the screen behind (``x`` opened "Stop box?").
+        self.screen.set_focus(self.query_one("#exec-output" if self.running else "#exec-argv"))
         return True
 
     def write(self, text: str, box_id: str | None = None) -> None:
