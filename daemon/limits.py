@@ -63,6 +63,9 @@ EXEC_OUTPUT_TAIL = Limit("exec_output_tail", 256 * KIB, "bytes",
 EXEC_OUTPUT_PER_BOX = Limit("exec_output_per_box", 16 * MIB, "bytes",
                             "the command output one box keeps (memory while a command runs, then its state dir)",
                             "fixed; past it the oldest commands' output is dropped first, and their records say so")
+EXEC_JSON_OUTPUT = Limit("exec_json_output", 1 * MIB, "bytes",
+                         "the end of one command's stdout, and of its stderr, that tkbox exec --json puts in its object",
+                         "fixed; without --json tkbox exec streams the whole output")
 EXEC_RECORDS_PER_BOX = Limit("exec_records_per_box", 1000, "commands",
                              "commands one box's page lists (the oldest ended ones are forgotten first)",
                              "fixed; the event log and the signer's run keep every command")

@@ -249,3 +249,39 @@ async def test_ctrl_c_interrupts_the_command_then_kills_it_then_stops_waiting():
         assert call.signals == expected
     os.kill(os.getpid(), signal.SIGINT)
     assert await asyncio.wait_for(driving, 30) == EXIT_INTERRUPTED and call.closed
+
+
+@pytest.mark.parametrize("ref", ["a/b", "x?y=1", "p#q", "sp ace", "%2e%2e", "ü", "..x"])
+async def test_a_box_reference_reaches_the_daemon_as_one_segment_whatever_it_holds(tmp_path, ref):
+    from aiohttp import web
+
+    seen: list[tuple[str, str]] = []
+
+    async def one_box(request: web.Request) -> web.Response:
+        seen.append((request.method, request.match_info["ref"]))
+        return web.json_response({"error": {"code": "not_found", "message": "box not found", "hint": ""}},
+                                 status=404)
+
+    app = web.Application()
+    app.router.add_get("/v1/boxes/{ref}", one_box)
+    app.router.add_post("/v1/boxes/{ref}/stop", one_box)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    await web.UnixSite(runner, str(tmp_path / "api.sock")).start()
+    try:
+        async with DaemonClient(tmp_path / "api.sock") as client:
+            for call in (client.box(ref), client.stop_box(ref)):
+                with pytest.raises(DaemonError) as raised:
+                    await call
+                assert raised.value.code == "not_found"
+    finally:
+        await runner.cleanup()
+    assert seen == [("GET", ref), ("POST", ref)]
+
+
+@pytest.mark.parametrize("ref", ["", ".", ".."])
+async def test_a_reference_a_url_would_resolve_away_is_not_found_without_asking(tmp_path, ref):
+    async with DaemonClient(tmp_path / "api.sock") as client:  # no daemon: nothing was asked
+        with pytest.raises(DaemonError) as raised:
+            await client.remove_box(ref)
+    assert raised.value.code == "not_found" and f"box {ref!r} not found" in raised.value.message

@@ -115,11 +115,11 @@ def test_a_bang_with_nothing_to_invert_is_refused(query):
 
 
 def test_the_status_line_shows_the_filter_with_its_bang_and_says_when_inverted():
-    plain = connection_label(True, "", True, 0, "kind:exec")
-    inverted = connection_label(True, "", True, 0, "!kind:exec", True)
+    plain = connection_label(True, True, 0, "kind:exec")
+    inverted = connection_label(True, True, 0, "!kind:exec", True)
     assert plain.endswith("filter: kind:exec") and "inverted" not in plain
     assert "filter: !kind:exec  (inverted: showing events that do not match)" in inverted
-    assert "filter" not in connection_label(True, "", True, 0, "")
+    assert "filter" not in connection_label(True, True, 0, "")
 
 
 # -- properties -------------------------------------------------------------------------------------------------
@@ -245,6 +245,7 @@ async def test_a_bad_or_long_regex_is_refused_and_the_filter_in_force_stays(tmp_
         await _filter(pilot, "kind:exec make")
         assert _seqs(log) == [1, 4]
         await _filter(pilot, "curl (evil")
+        await wait_until(pilot, lambda: any("not a valid regular expression" in n.message for n in app._notifications))
         refused = [n for n in app._notifications if "not a valid regular expression" in n.message]
         assert len(refused) == 1
         assert "'curl (evil' is not a valid regular expression" in refused[0].message
@@ -257,10 +258,13 @@ async def test_a_bad_or_long_regex_is_refused_and_the_filter_in_force_stays(tmp_
         await pilot.press("escape")
         assert not bar.has_class("-open") and app.state.event_filter.describe() == "kind:exec make"
         await _filter(pilot, "x" * (MAX_FILTER_PATTERN + 1))
-        assert any(f"the limit is {MAX_FILTER_PATTERN}" in n.message for n in app._notifications)
+        await wait_until(pilot, lambda: any(f"the limit is {MAX_FILTER_PATTERN}" in n.message
+                                            for n in app._notifications))
         assert app.state.event_filter.describe() == "kind:exec make" and _seqs(log) == [1, 4]
         await pilot.press("escape")
         await pilot.press("colon", *"filter [", "enter")  # :filter is refused the same way
+        await wait_until(pilot, lambda: sum("not a valid regular expression" in n.message
+                                            for n in app._notifications) >= 2)
         assert sum("not a valid regular expression" in n.message for n in app._notifications) == 2
         assert app.state.event_filter.describe() == "kind:exec make"
 

@@ -82,14 +82,13 @@ async def test_create_a_box_from_the_form(tmp_path):
         assert not any(call[0] == "create_box" for call in fake.calls)
         form.query_one("#field-name", Input).value = "my-box"
         form.query_one("#field-memory", Input).value = "2G"
-        form.query_one("#field-allow", Input).value = "api.github.com, *.pypi.org"
+        assert not form.query("#field-allow") and not form.query("#field-secrets")  # doors not built: not offered
         await pilot.pause()
         assert str(form.query_one("#problem-name").render()) == ""
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: any(isinstance(m, BoxActionFinished) for m in recorded))
     created = [call[1] for call in fake.calls if call[0] == "create_box"]
-    assert created == [{"workspace": str(workspace), "name": "my-box", "allow": ["api.github.com", "*.pypi.org"],
-                        "limits": {"memory": "2G"}}]
+    assert created == [{"workspace": str(workspace), "name": "my-box", "limits": {"memory": "2G"}}]
     finished = [m for m in recorded if isinstance(m, BoxActionFinished)]
     assert [(m.action, m.error) for m in finished] == [("create", "")]
     assert "b3" in app.state.boxes

@@ -24,6 +24,7 @@ from tests.console_fakes import (
     two_boxes,
     wait_until,
 )
+from tkbox_tui.client import NO_DAEMON_HINT
 from tkbox_tui.console.app import make_app
 from tkbox_tui.console.messages import ConnectionChanged
 from tkbox_tui.console.screens import ConfirmModal, HelpScreen, NewBoxScreen
@@ -313,3 +314,15 @@ def test_the_footer_words_and_first_keys_name_real_bindings():
     from tkbox_tui.console.keymap import BINDING_IDS, FOOTER_FIRST, FOOTER_HINTS
 
     assert set(FOOTER_HINTS) <= BINDING_IDS and set(FOOTER_FIRST) <= BINDING_IDS
+
+
+async def test_with_no_daemon_the_banner_says_how_to_start_one_and_the_status_line_does_not_repeat_it(tmp_path):
+    fake, app = _app(tmp_path, reconnect_initial=60.0, reconnect_maximum=60.0)
+    fake.unreachable_times = 1
+    async with app.run_test(size=(180, 48)) as pilot:
+        banner = app.main_screen.query_one("#connection-banner")
+        await wait_until(pilot, lambda: "DISCONNECTED" in str(banner.render()))
+        text = str(banner.render())
+        assert "no daemon answers (fake)" in text and NO_DAEMON_HINT in text
+        status = str(app.main_screen.query_one("#follow-status").render())
+        assert "DISCONNECTED" in status and "no daemon answers" not in status and NO_DAEMON_HINT not in status

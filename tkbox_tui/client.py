@@ -14,6 +14,7 @@ import json
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
+from urllib.parse import quote
 
 import aiohttp
 
@@ -43,6 +44,14 @@ def _unreachable(socket_path: Path, exc: aiohttp.ClientConnectorError) -> Daemon
     """The same words for every call that finds no daemon (never aiohttp's own text)."""
     reason = exc.os_error.strerror if exc.os_error is not None and exc.os_error.strerror else "nothing accepts"
     return DaemonUnreachable(f"no daemon answers at {socket_path} ({reason})")
+
+
+def box_path(ref: str) -> str:
+    """``/boxes/REF`` with REF as one percent-encoded path segment, whatever the person typed (``a/b``, ``x?y``);
+    ``.`` and ``..``, which a URL would resolve away to another route, are no box's name or id."""
+    if ref in ("", ".", ".."):
+        raise DaemonError("not_found", f"box {ref!r} not found; list boxes with: tkbox ls", 404)
+    return "/boxes/" + quote(ref, safe="")
 
 
 def _lost() -> DaemonError:
@@ -99,35 +108,35 @@ class DaemonClient:
         return [BoxInfo.from_json(item) for item in reply["boxes"]]
 
     async def box(self, ref: str) -> BoxInfo:
-        return BoxInfo.from_json(await self._request("GET", f"/boxes/{ref}"))
+        return BoxInfo.from_json(await self._request("GET", box_path(ref)))
 
     async def create_box(self, settings: dict[str, Any]) -> BoxInfo:
         return BoxInfo.from_json(await self._request("POST", "/boxes", json=settings))
 
     async def stop_box(self, ref: str) -> BoxInfo:
-        return BoxInfo.from_json(await self._request("POST", f"/boxes/{ref}/stop"))
+        return BoxInfo.from_json(await self._request("POST", box_path(ref) + "/stop"))
 
     async def remove_box(self, ref: str) -> BoxInfo:
-        return BoxInfo.from_json(await self._request("DELETE", f"/boxes/{ref}"))
+        return BoxInfo.from_json(await self._request("DELETE", box_path(ref)))
 
     async def diff(self, ref: str) -> dict[str, Any]:
-        return await self._request("GET", f"/boxes/{ref}/diff", params={"format": "json"})
+        return await self._request("GET", box_path(ref) + "/diff", params={"format": "json"})
 
     async def diff_patch(self, ref: str) -> bytes:
         """The box's patch byte for byte (``diff`` gives it as JSON, with bytes that are not UTF-8 replaced)."""
-        reply = await self._request("GET", f"/boxes/{ref}/diff")
+        reply = await self._request("GET", box_path(ref) + "/diff")
         if not isinstance(reply, tuple):
             raise DaemonError("http_error", "the daemon answered the patch request with JSON, not a patch")
         return reply[0]
 
     async def execs(self, ref: str) -> list[ExecInfo]:
         """The box's execs, oldest first: command, decision, end and the sizes of the output kept."""
-        reply = await self._request("GET", f"/boxes/{ref}/execs")
+        reply = await self._request("GET", box_path(ref) + "/execs")
         return [ExecInfo.from_json(item) for item in reply["execs"]]
 
     async def exec_output(self, ref: str, exec_id: int) -> ExecOutput:
         """One exec of the box with the tails of its output the daemon kept (box bytes: show them escaped)."""
-        return ExecOutput.from_json(await self._request("GET", f"/boxes/{ref}/execs/{exec_id}"))
+        return ExecOutput.from_json(await self._request("GET", box_path(ref) + f"/execs/{exec_id}"))
 
     async def stored_events(self, after: int = 0, box: str | None = None) -> list[Event]:
         params = {"after": str(after), "follow": "0", **({"box": box} if box else {})}
@@ -182,7 +191,7 @@ class ExecCall:
         if (rows is None) != (cols is None) or (rows is not None and not tty):
             raise ValueError("rows and cols come together, and only with tty=True")
         try:
-            self.ws = await self.client._http().ws_connect(f"/{API_VERSION}/boxes/{self.ref}/exec",
+            self.ws = await self.client._http().ws_connect(f"/{API_VERSION}{box_path(self.ref)}/exec",
                                                           max_msg_size=4 << 20)
         except aiohttp.WSServerHandshakeError as exc:
             if exc.status == 404:  # the handshake carries no body: the daemon's words come from asking for the box

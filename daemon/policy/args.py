@@ -53,7 +53,7 @@ def _check_json(args: object) -> ArgsProblem | None:
         elif isinstance(value, dict):
             for key, item in value.items():
                 if not isinstance(key, str):
-                    return ArgsProblem(f"argument keys must be strings, got {type(key).__name__}")
+                    return ArgsProblem(f"argument keys must be strings, got {json_type(key)}")
                 total += len(key)
                 stack.append((item, depth + 1))
         elif isinstance(value, list | tuple):
@@ -61,8 +61,26 @@ def _check_json(args: object) -> ArgsProblem | None:
         elif value is None or isinstance(value, bool | int | float):
             continue
         else:
-            return ArgsProblem(f"arguments must be JSON values, got {type(value).__name__}")
+            return ArgsProblem(f"arguments must be JSON values, got {json_type(value)}")
     return None
+
+
+def json_type(value: object) -> str:
+    """``value``'s type as JSON names it (``null``, ``boolean``, ``number``, ``string``, ``array``, ``object``);
+    a Python value with no JSON type by its Python name."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, int | float):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list | tuple):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return f"a Python {type(value).__name__}"
 
 
 def _expect(args: dict, key: str, kind: type | tuple[type, ...], *, required: bool, what: str) -> ArgsProblem | None:
@@ -70,14 +88,14 @@ def _expect(args: dict, key: str, kind: type | tuple[type, ...], *, required: bo
         return ArgsProblem(f"missing required argument {key!r} ({what})") if required else None
     value = args[key]
     if not isinstance(value, kind) or isinstance(value, bool) and kind is not bool:
-        return ArgsProblem(f"argument {key!r} must be {what}, got {type(value).__name__}")
+        return ArgsProblem(f"argument {key!r} must be {what}, got {json_type(value)}")
     return None
 
 
 def check_args(tool_class: str, tool: str, args: object) -> ArgsProblem | None:
     """None if ``args`` has the shape of ``tool_class``; otherwise what is wrong."""
     if not isinstance(args, dict):
-        return ArgsProblem(f"arguments must be a JSON object, got {type(args).__name__}")
+        return ArgsProblem(f"arguments must be a JSON object, got {json_type(args)}")
     problem = _check_json(args)
     if problem is not None:
         return problem

@@ -25,6 +25,7 @@ import termios
 import tty
 from typing import Any
 
+from tkbox_daemon.limits import EXEC_JSON_OUTPUT
 from tkbox_daemon.tasks import spawn
 
 from ..client import DaemonClient, DaemonError
@@ -34,7 +35,7 @@ from .report import CliError, CliParser
 
 EXIT_DENIED = 126
 EXIT_NO_EXIT_CODE = 2  # the command ended without an exit code of its own (the host ended it; the message says why)
-JSON_OUTPUT_KEPT = 1 << 20  # bytes of each of stdout and stderr that --json keeps: the last MiB
+JSON_OUTPUT_KEPT = EXEC_JSON_OUTPUT.default  # bytes of each of stdout and stderr that --json keeps: the last ones
 
 
 def _parser() -> CliParser:

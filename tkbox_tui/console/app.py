@@ -36,11 +36,11 @@ from .drill_down import DrillDownMixin
 from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_box_list
 from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
-from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .key_routing import KeyRoutingMixin
+from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .lifecycle import LifecycleMixin
 from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
-from .present import connection_label, textual_markup_literal
+from .present import connection_label, disconnected_banner, textual_markup_literal
 from .screens import HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
@@ -126,12 +126,12 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
                     received += 1
                     if received % YIELD_EVERY == 0:
                         await asyncio.sleep(0)  # let keys and renders through during a burst
-                reason = "the daemon closed the event stream"
+                reason, hint = "the daemon closed the event stream", ""
             except DaemonError as exc:
-                reason = exc.message
+                reason, hint = exc.message, str(exc.extra.get("hint") or "")
             except (OSError, ValueError) as exc:
-                reason = f"the event stream failed: {exc}"
-            self.post_message(ConnectionChanged(False, reason))
+                reason, hint = f"the event stream failed: {exc}", ""
+            self.post_message(ConnectionChanged(False, reason, hint))
             await asyncio.sleep(backoff.next_delay())
 
     @on(EventsPending)
@@ -145,7 +145,7 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
 
     @on(ConnectionChanged)
     def show_connection(self, message: ConnectionChanged) -> None:
-        self.state.set_connected(message.connected, message.reason)
+        self.state.set_connected(message.connected, message.reason, message.hint)
         self.connected = message.connected
         self._render_dirty = True
 
@@ -218,12 +218,11 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         scope = f" of {safe_text(state.selected_box.name)}" if state.scope_to_selected and state.selected_box else ""
         title.update(Text(f"Events{scope}  ({state.events_seen} received)"))  # Text: a box name is no markup
         follow_status.update(Text(connection_label(  # Text: a regex is no markup
-            state.connected, state.disconnect_reason, state.following, state.new_while_paused,
+            state.connected, state.following, state.new_while_paused,
             state.event_filter.describe(), state.event_filter.inverted)))
         # What matters first (the reason can be long: it wraps, see #connection-banner in app.tcss).
-        banner.update(Text("tkbox console" if state.connected else
-                           "DISCONNECTED — still retrying; what you see may be out of date.  "
-                           f"{safe_text(state.disconnect_reason or 'connecting to the daemon…')}"))
+        banner.update(Text("tkbox console" if state.connected else disconnected_banner(
+            state.disconnect_reason, state.disconnect_hint)))
 
     # -- selection, follow, filter, scope -------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ class ConnectionChanged(Message):
 
     connected: bool
     reason: str = ""
+    hint: str = ""
+    """What to do about it (``DaemonError.extra["hint"]``: with no daemon, how to start one)."""
 
 
 @dataclass

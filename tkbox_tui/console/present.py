@@ -219,11 +219,19 @@ def textual_markup_literal(text: str) -> str:
     return text.replace("[", "\\[")
 
 
-def connection_label(connected: bool, reason: str, following: bool, new_count: int, filter_text: str,
+def disconnected_banner(reason: str, hint: str) -> str:
+    """The banner while the daemon is not connected: that first, then why, then what to do (the hint of a
+    ``DaemonError``: with no daemon, ``tkbox up`` or ``tkbox daemon``)."""
+    text = ("DISCONNECTED — still retrying; what you see may be out of date.  "
+            f"{safe_text(reason or 'connecting to the daemon…')}")
+    return text + (f"  —  {safe_text(hint)}" if hint else "")
+
+
+def connection_label(connected: bool, following: bool, new_count: int, filter_text: str,
                      filter_inverted: bool = False) -> str:
-    """The status line under the log: connection, follow state and filter (``!`` included), in words."""
-    link = ("connected" if connected else
-            f"DISCONNECTED from the daemon — retrying ({safe_text(reason or 'no answer')})")
+    """The status line under the log: connection, follow state and filter (``!`` included), in words; why the
+    daemon is not connected, and what to do, is the banner's (``disconnected_banner``), said once."""
+    link = "connected" if connected else "DISCONNECTED — retrying (see the banner above)"
     follow = "FOLLOWING" if following else f"PAUSED  +{new_count} new  (f or G to follow)"
     inverted = "  (inverted: showing events that do not match)" if filter_inverted else ""
     return f"{link}  │  {follow}" + (f"  │  filter: {filter_text}{inverted}" if filter_text else "")

@@ -140,6 +140,7 @@ class ConsoleState:
     new_while_paused: int = 0
     connected: bool = False
     disconnect_reason: str = ""
+    disconnect_hint: str = ""
     selected_box_id: str | None = None
     scope_to_selected: bool = False
     box_names: dict[str, str] = field(default_factory=dict)
@@ -264,6 +265,7 @@ class ConsoleState:
         self.following = True
         self.new_while_paused = 0
 
-    def set_connected(self, connected: bool, reason: str = "") -> None:
+    def set_connected(self, connected: bool, reason: str = "", hint: str = "") -> None:
         self.connected = connected
         self.disconnect_reason = "" if connected else reason
+        self.disconnect_hint = "" if connected else hint

@@ -141,6 +141,8 @@ class ThemeMixin:
         from .widgets import BoxTable
 
         app: Any = self
+        if app.ui_closed:
+            return
         for table in app.screen_stack[0].query(BoxTable) if app.screen_stack else ():
             table.recolour(self.tkbox_tokens)
 
@@ -173,7 +175,7 @@ class ThemeMixin:
         app: Any = self
         directory: Path = app.settings.user_themes_dir
         self._theme_watch_stop = stop = asyncio.Event()
-        while not stop.is_set():
+        while not stop.is_set() and not app.ui_closed:
             watched = directory if directory.is_dir() else _nearest_existing_parent(directory)
             first = True
             try:
@@ -193,6 +195,8 @@ class ThemeMixin:
 
     def _reload_user_themes(self, directory: Path) -> None:
         app: Any = self
+        if app.ui_closed:
+            return  # shutdown began: no screen to repaint, no notification to show (``LifecycleMixin``)
         themes, failed = load_themes(directory)
         app.post_message(ThemesReloaded([t.name for t in themes], [str(f) for f in failed]))
         self._register_themes(themes)

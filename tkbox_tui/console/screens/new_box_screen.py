@@ -17,8 +17,6 @@ LABELS = {
     "name": ("Name", "empty: a generated name"),
     "workspace": ("Workspace", "the directory to work on"),
     "image": ("Image", "host, or dir:PATH"),
-    "allow": ("Allow hosts", "api.github.com, *.pypi.org"),
-    "secrets": ("Secrets", "GH_TOKEN=env:GH_TOKEN@api.github.com"),
     "memory": ("Memory limit", "e.g. 2G (empty: default)"),
     "cpus": ("CPUs", "e.g. 2 (empty: default)"),
     "lifetime": ("Lifetime (s)", "e.g. 3600 (empty: default)"),
@@ -44,11 +42,10 @@ class NewBoxScreen(ModalScreen[dict[str, Any] | None]):
     NewBoxScreen #form-buttons Button { margin-left: 2; }
     """
 
-    def __init__(self, defaults: dict[str, str] | None = None, *, environ: dict[str, str] | None = None,
+    def __init__(self, defaults: dict[str, str] | None = None, *,
                  cursor_blink: bool = True) -> None:
         super().__init__()
         self.defaults = defaults or {}
-        self.environ = environ
         self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
@@ -79,13 +76,13 @@ class NewBoxScreen(ModalScreen[dict[str, Any] | None]):
     def check_changed_field(self, event: Input.Changed) -> None:
         field = (event.input.id or "").removeprefix("field-")
         if field in FIELDS:
-            self.show_problem(field, check_field(field, event.value, self.environ))
+            self.show_problem(field, check_field(field, event.value))
 
     @on(Input.Submitted)
     @on(Button.Pressed, "#form-create")
     def action_submit(self) -> None:
         values = self.values()
-        problems = check_form(values, self.environ)
+        problems = check_form(values)
         for field in FIELDS:
             self.show_problem(field, problems.get(field, ""))
         if problems:
