@@ -31,6 +31,7 @@ EVENT_KINDS = frozenset(
         "exec.started", "exec.finished", "exec.denied", "exec.refused",
         "signer.unavailable", "gap", "containment.changed", "patch.saved",
         "guest.protocol_error", "box.lost", "daemon.registry",
+        "approval.pending", "approval.answered", "approval.expired", "approval.rule_added", "approval.rule_removed",
     }
 )
 
@@ -89,6 +90,7 @@ class BoxInfo:
     reason: str = ""
     pid: int | None = None  # host pid of the box's init process, while it runs
     run_state: str = ""  # one of RUN_STATES for a recorded box, "" for an unrecorded one
+    remembered: list[dict[str, Any]] = field(default_factory=list)  # RememberedRule.to_json() of each
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -217,6 +219,108 @@ class ExecOutput:
         except (binascii.Error, TypeError, ValueError):
             raise ValueError("exec output streams are base64") from None
         return cls(ExecInfo.from_json(value["exec"]), *streams)
+
+
+APPROVAL_KINDS = ("exec",)
+"""What an approval holds: ``exec`` (a command the policy answered ``ask``); the network door adds ``host``."""
+
+APPROVAL_STATES = ("pending", "approved", "rejected", "expired", "withdrawn", "lost")
+"""``pending``: waiting for a person; ``approved``/``rejected``: a person answered (``answered_by``), or a
+remembered rule approved it (``remembered_by``); ``expired``: nobody answered in time; ``withdrawn``: the request
+went away before an answer (its client disconnected, or its box stopped); ``lost``: the daemon stopped with it
+pending. Only ``approved`` lets the action run."""
+
+
+@dataclass(frozen=True)
+class ApprovalInfo:
+    """One approval as the API, the CLI and the console show it (``GET /v1/approvals``; events
+    ``approval.pending``/``approval.answered``/``approval.expired`` carry it as ``data["approval"]``).
+
+    ``asked`` is what the action is, exactly as decided: for ``exec`` ``{"command", "cwd", "tty"}`` (the decided
+    command line). ``program`` is the program that would run (argv[0]): a remembered rule is per rule id and
+    program. ``decision_id``, ``rule_ids``, ``reason`` and ``hint`` are the signer's ``ask`` decision.
+    ``context`` says who asked, where known (``{"exec_id": n}``: the exec on the box's page). Times are RFC 3339
+    UTC. ``answered_by`` is the operator's identity from the API socket's peer credentials (``uid 1000 (alice)``);
+    ``answer_reason`` the operator's reason (a reject's), or why it expired or was withdrawn. ``remembered_by``:
+    the id of the remembered rule that approved it without a person (the person's answer that made that rule is
+    in the rule). Box-controlled text (command, cwd) is shown escaped, as every box byte is.
+    """
+
+    id: str
+    box_id: str
+    box_name: str
+    kind: str
+    state: str
+    asked: dict[str, Any]
+    program: str
+    decision_id: str
+    rule_ids: tuple[str, ...]
+    reason: str
+    created_at: str
+    expires_at: str
+    hint: str = ""
+    context: dict[str, Any] = field(default_factory=dict)
+    answered_at: str = ""
+    answered_by: str = ""
+    answer_reason: str = ""
+    remember: bool = False
+    remembered_by: str = ""
+
+    @property
+    def pending(self) -> bool:
+        return self.state == "pending"
+
+    def to_json(self) -> dict[str, Any]:
+        out = {name: getattr(self, name) for name in self.__dataclass_fields__}
+        out["rule_ids"] = list(self.rule_ids)
+        return out
+
+    @classmethod
+    def from_json(cls, value: Any) -> ApprovalInfo:
+        """Strict about the types of the fields it knows; unknown keys are ignored (a newer daemon may add some)."""
+        if not isinstance(value, dict):
+            raise ValueError("an approval is a JSON object")
+        fields = cls.__dataclass_fields__
+        known = {key: item for key, item in value.items() if key in fields}
+        required = ("id", "box_id", "box_name", "kind", "state", "asked", "program", "decision_id", "rule_ids",
+                    "reason", "created_at", "expires_at")
+        missing = [key for key in required if key not in known]
+        if missing:
+            raise ValueError(f"an approval has {', '.join(missing)}")
+        for key, item in known.items():
+            wanted: type = {"asked": dict, "context": dict, "rule_ids": list, "remember": bool}.get(key, str)
+            if type(item) is not wanted:
+                raise ValueError(f"approval field {key} has the wrong type")
+        if known["state"] not in APPROVAL_STATES:
+            raise ValueError(f"unknown approval state {known['state']!r}")
+        if not all(isinstance(rule, str) for rule in known["rule_ids"]):
+            raise ValueError("approval rule_ids is a list of strings")
+        known["rule_ids"] = tuple(known["rule_ids"])
+        return cls(**known)
+
+
+@dataclass(frozen=True)
+class RememberedRule:
+    """"Approve and remember": for the rest of its box's life, an ``ask`` of the same program whose rule ids are
+    all remembered for it is approved without a person (each such approval is still recorded). Listed on the box
+    (``BoxInfo.remembered``), removable (``DELETE /v1/boxes/{box}/remembered/{id}``)."""
+
+    id: str
+    program: str
+    rule_id: str
+    approval_id: str
+    by: str
+    created_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Any) -> RememberedRule:
+        names = tuple(cls.__dataclass_fields__)
+        if not isinstance(value, dict) or not all(type(value.get(name)) is str for name in names):
+            raise ValueError(f"a remembered rule has string {', '.join(names)}")
+        return cls(*(value[name] for name in names))
 
 
 def error_body(code: str, message: str, **extra: Any) -> dict[str, Any]:
