@@ -7,6 +7,7 @@ console must reconnect and resume with ``after=<last seq>``); ``fake.history`` i
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import UTC, datetime
@@ -213,10 +214,21 @@ def two_boxes() -> list[BoxInfo]:
                                                  last_event="box.stopped")]
 
 
+WAIT_UNTIL_LIMIT = 60.0
+"""Seconds ``wait_until`` keeps trying: a safety net against a hang, never a timing assertion (a loaded machine
+delays the console's render timer far past any number of idle rounds)."""
+
+
 async def wait_until(pilot: Any, condition: Any, rounds: int = 200) -> None:
-    """Let the app run (``pilot.pause``) until ``condition()`` holds; fails after ``rounds`` pauses, never sleeps."""
+    """Let the app run until ``condition()`` holds: ``rounds`` idle rounds (``pilot.pause``) first, then rounds
+    that also give the console's timers time to fire, until ``WAIT_UNTIL_LIMIT`` seconds have passed."""
     for _ in range(rounds):
         if condition():
             return
         await pilot.pause()
+    deadline = time.monotonic() + WAIT_UNTIL_LIMIT
+    while time.monotonic() < deadline:
+        if condition():
+            return
+        await pilot.pause(0.05)
     raise AssertionError("condition not reached")
