@@ -240,17 +240,25 @@ async def test_a_bang_inverts_the_filter_and_the_status_line_says_so(tmp_path):
 
 async def test_a_bad_or_long_regex_is_refused_and_the_filter_in_force_stays(tmp_path):
     fake, app = _app(tmp_path)
+    notified: list[str] = []  # every notification, kept (the app's own expire after 10 s of wall-clock time)
+    notify = app.notify
+
+    def recording_notify(message: str, *args: object, **kwargs: object) -> None:
+        notified.append(message)
+        notify(message, *args, **kwargs)
+
+    app.notify = recording_notify  # type: ignore[method-assign]
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
         log = await _with_events(app, pilot, fake, FLOW_EVENTS)
         await _filter(pilot, "kind:exec make")
         assert _seqs(log) == [1, 4]
         await _filter(pilot, "curl (evil")
-        await wait_until(pilot, lambda: any("not a valid regular expression" in n.message for n in app._notifications))
-        refused = [n for n in app._notifications if "not a valid regular expression" in n.message]
+        await wait_until(pilot, lambda: any("not a valid regular expression" in message for message in notified))
+        refused = [message for message in notified if "not a valid regular expression" in message]
         assert len(refused) == 1
-        assert "'curl (evil' is not a valid regular expression" in refused[0].message
-        assert "escape special characters with \\" in refused[0].message
-        assert "The filter in force stays: kind:exec make." in refused[0].message
+        assert "'curl (evil' is not a valid regular expression" in refused[0]
+        assert "escape special characters with \\" in refused[0]
+        assert "The filter in force stays: kind:exec make." in refused[0]
         assert app.state.event_filter == EventFilter.parse("kind:exec make")
         assert _seqs(log) == [1, 4] and "filter: kind:exec make" in _status(app)
         bar = app.screen.query_one(CommandBar)
@@ -258,14 +266,12 @@ async def test_a_bad_or_long_regex_is_refused_and_the_filter_in_force_stays(tmp_
         await pilot.press("escape")
         assert not bar.has_class("-open") and app.state.event_filter.describe() == "kind:exec make"
         await _filter(pilot, "x" * (MAX_FILTER_PATTERN + 1))
-        await wait_until(pilot, lambda: any(f"the limit is {MAX_FILTER_PATTERN}" in n.message
-                                            for n in app._notifications))
+        await wait_until(pilot, lambda: any(f"the limit is {MAX_FILTER_PATTERN}" in message for message in notified))
         assert app.state.event_filter.describe() == "kind:exec make" and _seqs(log) == [1, 4]
         await pilot.press("escape")
         await pilot.press("colon", *"filter [", "enter")  # :filter is refused the same way
-        await wait_until(pilot, lambda: sum("not a valid regular expression" in n.message
-                                            for n in app._notifications) >= 2)
-        assert sum("not a valid regular expression" in n.message for n in app._notifications) == 2
+        await wait_until(pilot, lambda: sum("not a valid regular expression" in message for message in notified) >= 2)
+        assert sum("not a valid regular expression" in message for message in notified) == 2
         assert app.state.event_filter.describe() == "kind:exec make"
 
 

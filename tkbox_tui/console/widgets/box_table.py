@@ -11,6 +11,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
+from typing import Any
 
 from textual.message import Message
 from textual.widgets import DataTable
@@ -67,6 +68,16 @@ class BoxTable(DataTable[object]):
                     if old != new:
                         self.update_cell(box_id, column, value, update_width=True)
             self._shown_cells[box_id] = cells
+
+    def _update_column_widths(self, updated_cells: set[Any]) -> None:
+        """Textual (8.2.8, pinned) widens a column for an updated cell when the table is next idle, but a row drawn
+        in between stays in its render cache at the old width (the cache key does not change with a column's
+        width): ``exec.finished`` stayed cut to ``exec.finish`` on a loaded machine. So a width that changed
+        clears the caches."""
+        widths = {key: column.content_width for key, column in self.columns.items()}
+        super()._update_column_widths(updated_cells)
+        if any(column.content_width != widths.get(key) for key, column in self.columns.items()):
+            self._clear_caches()
 
     def recolour(self, theme_variables: dict[str, str]) -> None:
         """Re-render the coloured cells (state, last event) after a theme change."""
