@@ -8,7 +8,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from .limits import BOXES_PER_DAEMON
+from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
 from .signer.paths import PathError, SignerPaths, ensure_private_dir
 from .wire import daemon_runtime_dir
 
@@ -112,4 +112,5 @@ class DaemonConfig:
     unrecorded: bool = False
     max_boxes: int = BOXES_PER_DAEMON.default
     backend: str = "auto"
+    approval_wait: float = APPROVAL_WAIT.default  # seconds an action waits for a person (tkbox daemon --approval-wait)
     allowed_uids: frozenset[int] = field(default_factory=lambda: frozenset({os.getuid(), 0}))

@@ -2,7 +2,9 @@
 
 It refuses to start without a signer that answers (unless ``--unrecorded``), before it
 does anything else.  One daemon per runtime directory (``daemon.lock``).  The API is
-served on a Unix socket that only the daemon's user and root can open.
+served on a Unix socket that only the daemon's user and root can open.  A clean stop
+(SIGTERM, SIGINT) answers every pending approval ``lost`` and records it before it
+stops the boxes and closes their runs (``api/app.py``).
 """
 
 from __future__ import annotations
@@ -20,12 +22,13 @@ from aiohttp import web
 from .api.app import create_app
 from .box.backend import BoxBackend
 from .config import DaemonConfig, DaemonPaths
-from .limits import BOXES_PER_DAEMON
+from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
 from .processes import AlreadyRunning, take_lock
 from .signer.paths import PathError, SignerPaths
 from .signer_link import AsyncSignerClient, SignerCallError
 
 log = logging.getLogger("tkbox.daemon")
+MAX_APPROVAL_WAIT = 3600  # seconds: an action held longer than an hour is better refused and asked again
 PR_SET_CHILD_SUBREAPER = 36
 
 
@@ -121,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"boxes alive at once (default {BOXES_PER_DAEMON.default})")
     parser.add_argument("--backend", default="auto", choices=("auto", "bwrap", "ns"),
                         help="how boxes are isolated (default: bwrap when installed, else ns)")
+    parser.add_argument("--approval-wait", type=int, default=APPROVAL_WAIT.default, metavar="SECONDS",
+                        help="how long an action the policy asks about waits for a person's answer before it is "
+                             f"refused (default {APPROVAL_WAIT.default}, at most {MAX_APPROVAL_WAIT})")
     return parser
 
 
@@ -130,9 +136,12 @@ def daemon_main(argv: list[str]) -> int:
     if args.max_boxes < 1:
         print("tkbox daemon: --max-boxes must be at least 1", file=sys.stderr)
         return 2
+    if not 1 <= args.approval_wait <= MAX_APPROVAL_WAIT:
+        print(f"tkbox daemon: --approval-wait is 1 to {MAX_APPROVAL_WAIT} seconds", file=sys.stderr)
+        return 2
     try:
         config = DaemonConfig(DaemonPaths.from_env(), SignerPaths.from_env(), unrecorded=args.unrecorded,
-                              max_boxes=args.max_boxes, backend=args.backend)
+                              max_boxes=args.max_boxes, backend=args.backend, approval_wait=args.approval_wait)
         backend = select_backend(args.backend)
         asyncio.run(serve(config, backend))
     except (DaemonStartError, PathError) as exc:

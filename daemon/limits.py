@@ -43,12 +43,21 @@ EXECS_PER_BOX = Limit("execs_per_box", 64, "commands", "commands running at once
                       "limits.execs in tkbox.yaml")
 CONNECTIONS_PER_BOX = Limit("connections_per_box", 256, "connections", "open egress connections of one box",
                             "limits.connections in tkbox.yaml", enforced_by="the egress door")
-PENDING_APPROVALS_PER_BOX = Limit("pending_approvals_per_box", 16, "approvals", "approvals waiting for a person",
-                                  "answer or reject pending approvals", enforced_by="the egress door")
-APPROVALS_PER_MINUTE = Limit("approvals_per_minute", 30, "approvals", "new approvals opened per minute per box",
-                             "wait a minute, or add the host to the allowlist", enforced_by="the egress door")
-APPROVAL_WAIT = Limit("approval_wait", 120, "seconds", "how long a held connection waits for a person",
-                      "answer sooner; the wait is fixed", enforced_by="the egress door")
+PENDING_APPROVALS_PER_BOX = Limit("pending_approvals_per_box", 16, "approvals",
+                                  "actions of one box waiting for a person's answer at once",
+                                  "fixed; answer the waiting ones first (tkbox approvals lists them)")
+APPROVALS_PER_MINUTE = Limit("approvals_per_minute", 30, "approvals",
+                             "approvals one box may open in any minute (remembered rules' approvals not counted)",
+                             "fixed; wait a minute, or approve with remember so the same ask needs no person")
+APPROVAL_WAIT = Limit("approval_wait", 120, "seconds",
+                      "how long an action waits for a person's answer before it is refused",
+                      "tkbox daemon --approval-wait SECONDS; or answer sooner: tkbox approve ID")
+APPROVALS_KEPT = Limit("approvals_kept", 200, "approvals",
+                       "answered approvals the daemon still lists (tkbox approvals), newest kept",
+                       "fixed; the box's signed run records every answer")
+APPROVAL_KEPT_TIME = Limit("approval_kept_time", 600, "seconds",
+                           "how long an answered approval stays listed after its answer",
+                           "fixed; the box's signed run records every answer")
 STDIN_UPFRONT = Limit("stdin_upfront", 1 * MIB, "bytes", "stdin given up front (decided with the command)",
                       "stream larger input instead (tkbox exec reads stdin as a stream)")
 STDIN_TEXT_IN_DECISION = Limit("stdin_text_in_decision", 4 * KIB, "bytes",

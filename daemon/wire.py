@@ -228,7 +228,8 @@ APPROVAL_STATES = ("pending", "approved", "rejected", "expired", "withdrawn", "l
 """``pending``: waiting for a person; ``approved``/``rejected``: a person answered (``answered_by``), or a
 remembered rule approved it (``remembered_by``); ``expired``: nobody answered in time; ``withdrawn``: the request
 went away before an answer (its client disconnected, or its box stopped); ``lost``: the daemon stopped with it
-pending. Only ``approved`` lets the action run."""
+pending, or the signer refused to keep its answer's record (the action is refused and the box stopped). Only
+``approved`` lets the action run."""
 
 
 @dataclass(frozen=True)

@@ -11,16 +11,27 @@ from __future__ import annotations
 import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 from urllib.parse import quote
 
 import aiohttp
 
-from tkbox_daemon.wire import API_VERSION, BoxInfo, Event, ExecInfo, ExecOutput, daemon_runtime_dir
+from tkbox_daemon.wire import (
+    API_VERSION,
+    ApprovalInfo,
+    BoxInfo,
+    Event,
+    ExecInfo,
+    ExecOutput,
+    RememberedRule,
+    daemon_runtime_dir,
+)
 
+T = TypeVar("T")
 STDIN_CHUNK = 64 * 1024
+ANSWERS = ("approve", "reject")
 NO_DAEMON_HINT = "start it with: tkbox up (or tkbox daemon)"
 
 
@@ -52,6 +63,36 @@ def box_path(ref: str) -> str:
     if ref in ("", ".", ".."):
         raise DaemonError("not_found", f"box {ref!r} not found; list boxes with: tkbox ls", 404)
     return "/boxes/" + quote(ref, safe="")
+
+
+def approval_path(approval_id: str) -> str:
+    """``/approvals/ID`` with ID as one percent-encoded path segment (``.`` and ``..`` are no approval's id)."""
+    if approval_id in ("", ".", ".."):
+        raise DaemonError("not_found", f"approval {approval_id!r} not found", 404,
+                          hint="list them with: tkbox approvals")
+    return "/approvals/" + quote(approval_id, safe="")
+
+
+def remembered_path(box_ref: str, rule_id: str) -> str:
+    """``/boxes/BOX/remembered/RULE`` with each reference as one percent-encoded segment."""
+    if rule_id in ("", ".", ".."):
+        raise DaemonError("not_found", f"remembered rule {rule_id!r} not found", 404)
+    return box_path(box_ref) + "/remembered/" + quote(rule_id, safe="")
+
+
+def parsed_reply(parse: Callable[[Any], T], reply: Any, what: str) -> T:
+    """``parse(reply)``, with a reply that is not what the API promises as a DaemonError (never a KeyError)."""
+    try:
+        return parse(reply)
+    except (ValueError, KeyError, TypeError, AttributeError) as exc:
+        raise DaemonError("bad_reply", f"the daemon's reply is not {what}: {exc}") from None
+
+
+def _approval_list(reply: Any) -> list[ApprovalInfo]:
+    items = reply["approvals"]
+    if not isinstance(items, list):
+        raise TypeError("approvals is not a list")
+    return [ApprovalInfo.from_json(item) for item in items]
 
 
 def _lost() -> DaemonError:
@@ -165,6 +206,39 @@ class DaemonClient:
         except aiohttp.ClientError:
             raise _lost() from None
 
+    async def approvals(self, box: str | None = None, pending_only: bool = False) -> list[ApprovalInfo]:
+        """Approvals across every box, oldest first: every pending one, and (unless ``pending_only``) the answered,
+        expired, withdrawn and lost ones the daemon still keeps; ``box`` (name or id) keeps one box's."""
+        params = {**({"box": box} if box else {}), **({"state": "pending"} if pending_only else {})}
+        reply = await self._request("GET", "/approvals", params=params)
+        return parsed_reply(_approval_list, reply, "a list of approvals")
+
+    async def approval(self, approval_id: str) -> ApprovalInfo:
+        reply = await self._request("GET", approval_path(approval_id))
+        return parsed_reply(ApprovalInfo.from_json, reply, "an approval")
+
+    async def answer_approval(self, approval_id: str, answer: str, *, reason: str = "",
+                              remember: bool = False) -> ApprovalInfo:
+        """Answer a pending approval (``approve`` or ``reject``) as whoever runs this process (the daemon reads the
+        socket's peer credentials); ``remember`` (approve only) also approves later identical asks in that box.
+        Returns the answered approval; an approval already answered or expired is a DaemonError (409)."""
+        if answer not in ANSWERS:
+            raise ValueError(f"an answer is one of {ANSWERS}, not {answer!r}")
+        if remember and answer != "approve":
+            raise ValueError("remember goes with approve only")
+        body: dict[str, Any] = {"answer": answer}
+        if reason:
+            body["reason"] = reason
+        if remember:
+            body["remember"] = True
+        reply = await self._request("POST", approval_path(approval_id), json=body)
+        return parsed_reply(ApprovalInfo.from_json, reply, "an approval")
+
+    async def forget_rule(self, box_ref: str, rule_id: str) -> RememberedRule:
+        """Remove a box's remembered rule (``rem-…``): later asks it would have approved go to a person again."""
+        reply = await self._request("DELETE", remembered_path(box_ref, rule_id))
+        return parsed_reply(lambda value: RememberedRule.from_json(value["removed"]), reply, "a removed rule")
+
     def exec(self, ref: str) -> ExecCall:
         return ExecCall(self, ref)
 
@@ -244,6 +318,9 @@ class ExecCall:
         await self.ws.send_json({"type": "resize", "rows": rows, "cols": cols})
 
     async def messages(self) -> AsyncIterator[dict[str, Any] | tuple[int, bytes]]:
+        """The daemon's messages as they come: output frames as ``(stream, bytes)``, every other message as its JSON
+        object (``decision``, ``held``, ``approved``, ``started``, ``denied``, ``exit``, ``error``, and any type a
+        newer daemon adds), except the stdin credit, which is kept here."""
         assert self.ws is not None
         async for message in self.ws:
             if message.type == aiohttp.WSMsgType.TEXT:

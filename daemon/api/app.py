@@ -2,7 +2,9 @@
 
 Shared state lives in typed ``AppKey``s; the event bus, the signer link and the box
 manager are set up and torn down in one ``cleanup_ctx`` (shutdown stops every box and
-closes every run before the event log is closed, so no event is lost).
+closes every run before the event log is closed, so no event is lost).  A clean stop
+first answers every pending approval ``lost`` (recorded), before the handlers of the
+execs that wait for them are waited for.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from ..signer_link import AsyncSignerClient
 from .errors import ApiError, json_errors
 from .keys import EVENTS, MANAGER
 from .peer import peer_check
+from .routes_approvals import routes as approval_routes
 from .routes_boxes import routes as box_routes
 from .routes_events import routes as event_routes
 from .routes_exec import routes as exec_routes
@@ -41,6 +44,7 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     app.add_routes(event_routes)
     app.add_routes(exec_routes)
     app.add_routes(execs_routes)
+    app.add_routes(approval_routes)
 
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()
@@ -63,6 +67,8 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
 
     async def close_event_streams(app: web.Application) -> None:
         app[EVENTS].emit("", "daemon.stopping", {})
+        # Held execs end now (refused, their approvals lost and recorded), so their handlers are not waited for.
+        await app[MANAGER].approvals.lose_all("the daemon stopped before anyone answered")
         app[EVENTS].close_subscribers()  # open event streams end now, before the handlers are waited for
 
     app.cleanup_ctx.append(daemon_state)

@@ -1,4 +1,4 @@
-"""Box routes: list, create, show, stop, remove, diff."""
+"""Box routes: list, create, show, stop, remove, diff, and forgetting one of a box's remembered rules."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aiohttp import web
 from .. import strictjson
 from .errors import ApiError
 from .keys import MANAGER
+from .routes_approvals import operator_of
 
 MAX_BODY_BYTES = 1 << 20
 routes = web.RouteTableDef()
@@ -66,3 +67,15 @@ async def box_diff(request: web.Request) -> web.Response:
         return web.json_response({"source": source, "summary": summary, "patch": patch.decode("utf-8", "replace")})
     return web.Response(body=patch, content_type="text/x-diff",
                         headers={"X-Tkbox-Patch-Source": source, "X-Tkbox-Files": json.dumps(len(summary))})
+
+
+@routes.delete("/v1/boxes/{box}/remembered/{rule}")
+async def forget_remembered_rule(request: web.Request) -> web.Response:
+    """Forget one remembered rule: later asks it covered wait for a person again (recorded in the box's run)."""
+    box = request.app[MANAGER].get(request.match_info["box"])
+    rule_id = request.match_info["rule"]
+    removed = box.approvals.forget(rule_id, by=operator_of(request))
+    if removed is None:
+        raise ApiError(404, "not_found", f"remembered rule {rule_id[:40]!r} not found in box {box.settings.name}; "
+                                         "a box's remembered rules are listed by tkbox ls --json (remembered)")
+    return web.json_response({"removed": removed.to_json()})

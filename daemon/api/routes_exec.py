@@ -10,6 +10,11 @@ Daemon → client: ``{"type":"decision", …}``; then either ``{"type":"denied",
 has only stdout, the terminal's output),
 ``{"type":"stdin_credit", "bytes": n}`` as stdin reaches the process, and ``{"type":"exit", …}``.
 
+An ``ask`` (docs/approvals.md): after its decision, ``{"type":"held", "approval_id", "expires_at"}`` while a person
+is asked; then ``{"type":"approved", "approval_id", "by"}`` and ``started`` as above, or ``denied`` with
+``approval_id`` and ``state`` (rejected, expired, withdrawn, lost) and the reason.  An ask a remembered rule
+approves gets ``approved`` without ``held``.  While held, a client that goes away or sends a signal withdraws it.
+
 Stdin is credit-based: the client may have at most ``stdin_window`` bytes sent and not yet credited back.  So the
 daemon never has to stop reading the socket to hold stdin back, and a signal, ``stdin_eof`` or the client going
 away is always seen at once — even when the process never reads its stdin.  A client that goes away stops its
@@ -33,6 +38,7 @@ from ..boxes.exec_session import ExecDenied, ExecStart
 from ..boxes.guest_link import GuestFailure
 from ..doors.commands import ExecRefused
 from ..tasks import spawn
+from ..wire import ApprovalInfo
 from .errors import ApiError
 from .keys import MANAGER
 
@@ -101,13 +107,21 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
             raise ApiError(400, "invalid_request", "the first message must be the start message (text)")
         start = parse_start(first.data)
         session = box.exec_session(start)
+        held = HeldClient(socket, session)
         try:
-            decision = await session.start()
+            decision = await session.start(on_held=held.told)
         except ExecDenied as denied:
-            await socket.send_json({"type": "decision", **denied.decision})
+            await held.stop_watching()
+            if not held.decision_sent:
+                await socket.send_json({"type": "decision", **denied.decision})
             await socket.send_json({"type": "denied", "exit_code": 126, **denied.decision})
             return socket
-        await socket.send_json({"type": "decision", **decision})
+        await held.stop_watching()
+        if not held.decision_sent:
+            await socket.send_json({"type": "decision", **decision})
+        if session.approval is not None:
+            await socket.send_json({"type": "approved", "approval_id": session.approval.id,
+                                    "by": session.approval.answered_by})
         await socket.send_json({"type": "started", "stdin_window": STDIN_WINDOW})
         pump = spawn(_client_to_session(socket, session), name="exec-stdin")
         try:
@@ -140,6 +154,42 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
     finally:
         await socket.close()
     return socket
+
+
+class HeldClient:
+    """The client of a held exec: told the decision and ``held``, then watched until the answer, so that its going
+    away (or a signal: it wants the command stopped) withdraws the approval rather than leaving it to expire."""
+
+    def __init__(self, socket: web.WebSocketResponse, session: Any) -> None:
+        self.socket = socket
+        self.session = session
+        self.decision_sent = False
+        self._watcher: asyncio.Task[Any] | None = None
+
+    async def told(self, decision: dict[str, Any], approval: ApprovalInfo) -> None:
+        await self.socket.send_json({"type": "decision", **decision})
+        self.decision_sent = True
+        await self.socket.send_json({"type": "held", "approval_id": approval.id, "expires_at": approval.expires_at})
+        self._watcher = spawn(self._watch(), name=f"exec-held-{approval.id}")
+
+    async def _watch(self) -> None:
+        while True:
+            message = await self.socket.receive()
+            if message.type == WSMsgType.TEXT:
+                with contextlib.suppress(ValueError, AttributeError):
+                    control = json.loads(message.data)
+                    if control.get("type") == "signal" and control.get("signal") in SIGNALS:
+                        await self.session.withdraw(f"its client sent {control['signal']} while it was held")
+                        return
+            elif message.type not in (WSMsgType.BINARY, WSMsgType.PING, WSMsgType.PONG):
+                await self.session.withdraw("its client went away while it was held")
+                return
+
+    async def stop_watching(self) -> None:
+        if self._watcher is not None:
+            self._watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._watcher
 
 
 async def _client_to_session(socket: web.WebSocketResponse, session: Any) -> None:

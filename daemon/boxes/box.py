@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import limits
+from ..approvals.box_approvals import BoxApprovals
 from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused
@@ -84,6 +85,7 @@ class Box:
         self.link: GuestLink | None = None
         self.execs: set[ExecSession] = set()
         self.execs_total = 0
+        self.approvals = BoxApprovals(self, manager.approvals)  # its asks waiting for a person, remembered rules
         self.last_event = ""
         self.backend_name = manager.backend.name
         self.earlier_run: RunNote | None = None  # the run of a box an earlier daemon made (its token is gone)
@@ -132,6 +134,8 @@ class Box:
             allow=list(self.settings.allow), secrets=self.settings.public()["secrets"],
             limits=self.settings.public()["limits"], backend=self.backend_name, reason=self.reason,
             pid=self.process.pid if self.process is not None and self.state in ("running", "held") else None,
+            approvals_pending=self.approvals.pending_count(),
+            remembered=[rule.to_json() for rule in self.approvals.remembered.rules()],
         )
 
     def set_state(self, state: str, reason: str = "") -> None:
@@ -341,6 +345,7 @@ class Box:
             if self.state == "held" and self.process is not None:
                 await self.process.resume()
             self.state = "stopping"
+            await self.approvals.withdraw_all(f"box {self.settings.name} stopped: {reason}")
             unanswered = await self._ask_guest_to_shut_down() if was_live else None
             await self._end_process()
             if save_patch and was_live:
@@ -383,6 +388,7 @@ class Box:
                 return
             was_live = self.state in ("running", "held", "stopping")
             self.state = "stopping"
+            await self.approvals.withdraw_all(f"box {self.settings.name} failed: {reason}")
             await self._end_process()
             if was_live and self.layers_dir.exists():
                 await self._save_patch()

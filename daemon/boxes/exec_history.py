@@ -90,6 +90,14 @@ class KeptExec:
         """Keep the end of a chunk of output (``stream`` 1 is stdout, 2 stderr; others are ignored)."""
         self.history._write(self, stream, data)
 
+    def note(self, reason: str) -> None:
+        """Say on the page why a running exec waits or may run (a held exec: its approval, then who approved)."""
+        self.history._note(self, reason)
+
+    def refuse(self, reason: str) -> None:
+        """A held exec that will never run (its approval was not given): ``denied``, with why."""
+        self.history._refuse(self, reason)
+
     def end(self, exit_info: dict[str, Any], outcome: str) -> None:
         """The exec ended: ``exit_info`` as its client gets it (exit_code, signal, timed_out, reported_by, error),
         ``outcome`` what the host saw (``reported`` when the guest reported an exit)."""
@@ -145,12 +153,13 @@ class ExecHistory:
         return self.budget.used
 
     # ---- what an exec writes -----------------------------------------------------------------
-    def begin(self, command: str, decision: dict[str, Any], *, tty: bool = False) -> KeptExec:
+    def begin(self, command: str, decision: dict[str, Any], *, tty: bool = False, held: bool = False) -> KeptExec:
         """A decided command: ``decision`` as the client is shown it (decision, verdict, rule_ids, reason, hint).
-        A denied one is recorded as ended at once."""
+        A denied one is recorded as ended at once; a ``held`` one (an ask waiting for a person) is ``running``
+        until it is approved (it runs) or refused (``KeptExec.refuse``)."""
         exec_id = self._next_id
         self._next_id += 1
-        denied = decision.get("decision") != "allow"
+        denied = decision.get("decision") != "allow" and not held
         info = ExecInfo(
             id=exec_id, command=_cut(command, COMMAND_KEPT), command_cut=len(command) > COMMAND_KEPT,
             state="denied" if denied else "running", verdict=str(decision.get("verdict", "")),
@@ -173,6 +182,18 @@ class ExecHistory:
             for victim in self.budget.make_room(entry.info.id, growth):
                 self._drop_output(self._entries[victim])
         self.budget.grow(entry.info.id, ring.write(data))
+
+    def _note(self, entry: KeptExec, reason: str) -> None:
+        entry.info = replace(entry.info, reason=_cut(reason, TEXT_KEPT))
+        self._save_record(entry)
+
+    def _refuse(self, entry: KeptExec, reason: str) -> None:
+        if entry.rings is None:
+            return
+        entry.rings = None  # it never ran: no output
+        entry.info = replace(entry.info, state="denied", reason=_cut(reason, TEXT_KEPT),
+                             duration_ms=int((time.monotonic() - entry._started) * 1000))
+        self._save_record(entry)
 
     def _end(self, entry: KeptExec, exit_info: dict[str, Any], outcome: str) -> None:
         if entry.rings is None:

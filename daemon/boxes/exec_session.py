@@ -1,8 +1,14 @@
 """One command through the command door: check, decide, run, stream, complete — and stop it if its client goes.
 
     check_request ─ refused ─▶ ExecRefused (400, names the rule)
-    decide(Bash) ─ deny/ask/unreachable ─▶ ExecDenied (exit 126, rule ids, reason, hint); event exec.denied
+    decide(Bash) ─ deny/unreachable ─▶ ExecDenied (exit 126, rule ids, reason, hint); event exec.denied
+    decide(Bash) ─ ask ─▶ held: an approval (docs/approvals.md) ─ not approved ─▶ ExecDenied (126, why)
+                                                                ─ approved (recorded first) ─▶ runs as decided
     guest exec ─▶ exec.started ─▶ output … ─▶ EXIT ─▶ complete(exit status, streamed stdin digest) ─▶ exec.finished
+
+A held exec waits with the host's own deadline (the approval's expiry, then the time to record it); its client is
+told (``on_held``) and, when it goes away, the approval is withdrawn.  An approved exec runs exactly as decided:
+the same argv, cwd, environment and stdin, under the same decision id.
 
 Output is paced by its client: a chunk's bytes go back to the guest as credit when ``outputs()`` hands the chunk to
 the client, or when it is dropped because the client is gone, so a slow client holds back only its own command (the
@@ -13,13 +19,15 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from .. import limits, strictjson
+from ..approvals.registry import Approval, LimitReached, refusal_reason
 from ..doors.commands import ExecRefused, ExecRequest, check_request, decision_args
 from ..tasks import spawn
+from ..wire import ApprovalInfo
 from .exec_history import KeptExec
 from .guest_link import GuestExec, GuestFailure, GuestTimeout
 
@@ -29,6 +37,9 @@ ABORT_SIGNAL_WAIT = 5.0  # seconds a departing client's SIGKILL waits for the gu
 
 if TYPE_CHECKING:
     from .box import Box
+    from .recorder import Decision
+
+OnHeld = Callable[[dict[str, Any], ApprovalInfo], Awaitable[None]]  # told the decision and the pending approval
 
 
 @dataclass(frozen=True)
@@ -62,6 +73,8 @@ class ExecSession:
         self.command = ""
         self.guest: GuestExec | None = None
         self.kept: KeptExec | None = None  # this exec on its box's page: decision, end, output tails
+        self.approval: ApprovalInfo | None = None  # the approval an ask ran under (approved)
+        self._held: Approval | None = None  # while held: the approval it waits for
         self._stdin_hash = hashlib.sha256()
         self._stdin_bytes = 0
         self._finished = False
@@ -71,15 +84,19 @@ class ExecSession:
         self._to_client: asyncio.Queue[tuple[int, bytes] | dict[str, Any]] = asyncio.Queue(CLIENT_QUEUE_ITEMS)
         self.done = asyncio.Event()
 
-    async def start(self) -> dict[str, Any]:
-        """Decide and start; returns the decision shown to the client.  Raises ExecDenied or an API error."""
+    async def start(self, on_held: OnHeld | None = None) -> dict[str, Any]:
+        """Decide and start; returns the decision shown to the client.  An ``ask`` is held until its approval is
+        answered (``on_held`` is told first, when a person must answer).  Raises ExecDenied or an API error."""
         check_request(self.request)
         args = decision_args(self.request)
         self.command = args["command"]
         decision = await self.box.decide_exec(args)
         shown = {**decision.to_json(), "command": self.command}
-        self.kept = self.box.exec_history.begin(self.command, shown, tty=self.request.tty)
-        if not decision.allowed:
+        asks = decision.decision == "ask" and decision.decision_id is not None
+        self.kept = self.box.exec_history.begin(self.command, shown, tty=self.request.tty, held=asks)
+        if asks:
+            await self._wait_for_approval(decision, shown, on_held)
+        elif not decision.allowed:
             self.box.emit("exec.denied", {"command": self.command, "rule_ids": list(decision.rule_ids),
                                           "reason": decision.reason, "verdict": decision.verdict})
             raise ExecDenied(shown)
@@ -101,8 +118,9 @@ class ExecSession:
             await self._record_host_end("start_failed", str(refused),
                                         reported_by=refused.reported_by)
             raise
+        approved = {"approval_id": self.approval.id} if self.approval is not None else {}
         self.box.emit("exec.started", {"command": self.command, "decision_id": self.decision_id,
-                                       "rule_ids": list(decision.rule_ids), "verdict": decision.verdict})
+                                       "rule_ids": list(decision.rule_ids), "verdict": decision.verdict, **approved})
         spawn(self._pump(), name=f"exec-{self.box.id}-{self.guest.id}")
         spawn(self._keep_deadline(), name=f"exec-deadline-{self.box.id}-{self.guest.id}")
         if self.request.stdin is not None:
@@ -111,6 +129,57 @@ class ExecSession:
         elif not self.request.stdin_streamed:
             await self.guest.close_stdin()
         return shown
+
+    async def _wait_for_approval(self, decision: Decision, shown: dict[str, Any], on_held: OnHeld | None) -> None:
+        """Hold the exec until its approval is answered (by a person, or at once by remembered rules); return
+        only when it is approved (its record kept), else refuse it (ExecDenied)."""
+        assert self.kept is not None
+        asked = {"command": self.command, "cwd": self.request.cwd, "tty": self.request.tty}
+        approvals = self.box.approvals
+        try:
+            approval = await approvals.request(decision, asked=asked, program=self.request.argv[0],
+                                               context={"exec_id": self.kept.info.id})
+        except LimitReached as refused:
+            self._refuse(shown, str(refused), hint=refused.hint)
+        if approval.info.pending:
+            self._held = approval
+            self.kept.note(f"held for a person's approval ({approval.info.id}, until {approval.info.expires_at}); "
+                           f"asked because: {decision.reason}")
+            try:
+                if on_held is not None:
+                    await on_held(shown, approval.info)
+                await approvals.wait(approval)
+            except BaseException:  # the client could not be told, or its handler ended: nobody waits any more
+                spawn(approvals.withdraw(approval, "its client went away"),
+                      name=f"approval-withdraw-{approval.info.id}")
+                raise
+            finally:
+                self._held = None
+        info = approval.info
+        if info.state != "approved":
+            self._refuse(shown, refusal_reason(info), approval=info)
+        self.approval = info
+        self.kept.note(f"approved by {info.answered_by} ({info.id}); asked because: {decision.reason}")
+
+    def _refuse(self, shown: dict[str, Any], reason: str, *, hint: str = "",
+                approval: ApprovalInfo | None = None) -> NoReturn:
+        """A held exec that will not run: denied on its page, event ``exec.denied``, ExecDenied for its client."""
+        assert self.kept is not None
+        extra = {"approval_id": approval.id, "state": approval.state} if approval is not None else {}
+        self.kept.refuse(f"{reason} (approval {approval.id})" if approval is not None else reason)
+        self.box.emit("exec.denied", {"command": self.command, "rule_ids": shown["rule_ids"], "reason": reason,
+                                      "verdict": shown["verdict"], **extra})
+        denied = {**shown, "reason": reason, **extra}
+        if approval is not None:
+            denied.pop("hint", None)  # the policy's hint was for the person asked; they have answered
+        if hint:
+            denied["hint"] = hint
+        raise ExecDenied(denied)
+
+    async def withdraw(self, reason: str) -> None:
+        """While held: its client went away or interrupted it, so its approval is withdrawn (recorded)."""
+        if self._held is not None:
+            await self.box.approvals.withdraw(self._held, reason)
 
     async def _keep_deadline(self) -> None:
         """The host's own time limit: the guest must report the end within the command's limit plus a grace

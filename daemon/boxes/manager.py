@@ -18,6 +18,7 @@ from typing import Any
 
 from .. import limits
 from ..api.errors import ApiError, not_found
+from ..approvals.registry import ApprovalRegistry
 from ..box.backend import BoxBackend, BoxError
 from ..box.etcgen import generate_etc
 from ..box.uids import UidAllocator, UidsExhausted
@@ -79,6 +80,7 @@ class BoxManager:
         self.backend = backend
         self.guest_dir = guest_dir
         self.boxes: dict[str, Box] = {}
+        self.approvals = ApprovalRegistry(wait_seconds=config.approval_wait)  # every box's, in memory only
         self.uids = UidAllocator(config.paths.state_dir / "uids")
         self.registry = BoxRegistry(config.paths.state_dir / "registry")
         self.registry.lock()
@@ -203,7 +205,9 @@ class BoxManager:
         return saved[0], saved[1], "saved"
 
     async def shutdown(self) -> None:
-        """Stop every box and close every run; events are written as they happen, so none is lost."""
+        """Answer every pending approval ``lost`` (recorded while the runs are open), stop every box and close every
+        run; events are written as they happen, so none is lost."""
+        await self.approvals.lose_all("the daemon stopped before anyone answered")
         live = [box for box in self.boxes.values() if box.state not in ("removed",)]
         await asyncio.gather(*(self._shutdown_box(box) for box in live), return_exceptions=True)
         self.registry.unlock()

@@ -164,6 +164,21 @@ class RunRecorder:
             self.gaps.add("must_keep_queue_full")
             spawn(self._lose(source, "the must-keep queue is full"), name=f"gap-{self.box_id}")
 
+    async def record_approval(self, *, approval_id: str, decision_id: str, answer: str, by: str, reason: str) -> None:
+        """Record an answer to an ask decision (``tkbox.approval``) and wait until the signer has kept it: the action
+        may use the answer only after this returns.  Not queued behind other must-keep records.  Raises
+        ``SignerCallError`` when the signer refuses it or cannot be reached; stopping the box is the caller's."""
+        if self.closed or self.run_id is None:
+            raise SignerCallError("run_closed",
+                                  f"box {self.box_id} has no open run to record approval {approval_id} in")
+        value = {"approval_id": approval_id, "decision_id": decision_id, "answer": answer, "by": by, "reason": reason}
+        self._begin()
+        try:
+            await self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.approval",
+                                   trust="trusted", value=value, must_keep=True)
+        finally:
+            self._end()
+
     async def _drain_must_keep(self) -> None:
         while True:
             source, trust, value = await self._must_keep.get()

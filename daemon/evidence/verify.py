@@ -22,6 +22,7 @@ from operator import itemgetter
 
 from .bundle import KEY_RECORDS, PROOFS, RUN_RECORDS
 from .trust import Trust, TrustError, load_trust
+from .verify_approvals import check_approvals
 from .verify_chain import (
     check_inclusion,
     check_run_chain,
@@ -120,7 +121,8 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
         key_facts, run_facts = (sorted(facts, key=_LINE_NO) for facts in merged)
         evidence.key_facts = key_facts if KEY_RECORDS in framed else None
         evidence.run_facts = run_facts if RUN_RECORDS in framed else None
-        for check in (check_keys, check_signatures, check_run_chain, check_inclusion, check_run_closed, check_policy):
+        for check in (check_keys, check_signatures, check_run_chain, check_inclusion, check_run_closed, check_policy,
+                      check_approvals):
             checks.append(check(evidence))
         return conclude(checks, assurance_of(evidence))
     finally:

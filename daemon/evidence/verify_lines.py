@@ -34,6 +34,7 @@ from .verify_records import (
     check_line,
     data_schema_error,
     header_bytes,
+    kept_data,
 )
 
 # check_line sends a line to the strict parser if it has more than 32 brackets, "\\u" or a 16-digit
@@ -149,4 +150,4 @@ def _passing_facts(text: str, line_no: int, keys: Mapping[str, RecordKey]) -> Re
         return None
     one = sys.intern  # equal strings as one object: the pickle back from a worker holds each once
     return RecordFacts(line_no, int(seq), int(run_seq), one(run_id), one(log_id), one(prev_hash), one(run_prev_hash),
-                       one(event_hash), one(kind), data if kind in INSPECTED_TYPES else None, None)
+                       one(event_hash), one(kind), kept_data(kind, data), None)

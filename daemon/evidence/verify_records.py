@@ -18,6 +18,7 @@ from json.encoder import c_make_encoder, encode_basestring  # type: ignore[attr-
 from typing import Any, NamedTuple
 
 from .. import strictjson
+from . import approval_record
 from .records import (
     ALG,
     MAX_RECORD_BYTES,
@@ -34,7 +35,8 @@ RUN_TYPES = frozenset(
      "run.closed"}
 )
 SIGNER_TYPES = frozenset({"signer.epoch", "signer.started"})
-INSPECTED_TYPES = frozenset({"run.registered", "run.closed", "signer.epoch"})
+INSPECTED_TYPES = frozenset({"run.registered", "run.closed", "signer.epoch", "input.observed"})  # data schema-checked
+_WHOLE_DATA_TYPES = frozenset({"run.registered", "run.closed", "signer.epoch"})
 ISOLATION_LEVELS = frozenset({"same-user", "separate-user"})
 MAX_LINES = 250_000  # a record line is over 500 bytes, so a 64 MiB entry holds fewer
 _HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
@@ -42,7 +44,8 @@ _POLICY_HASH = re.compile(r"(sha256:)?[0-9a-f]{64}", re.ASCII)
 
 
 class RecordFacts(NamedTuple):
-    """What one line says (None where it did not parse) and why it fails, if it does."""
+    """What one line says (None where it did not parse) and why it fails, if it does; ``data`` is what
+    ``kept_data`` keeps of the event's data."""
 
     line_no: int
     seq: int | None = None
@@ -175,7 +178,7 @@ def check_line(line: bytes, line_no: int, keys: Mapping[str, RecordKey]) -> Reco
     one = sys.intern
     return RecordFacts(
         line_no, event["seq"], event["run_seq"], one(event["run_id"]), one(event["log_id"]), one(event["prev_hash"]),
-        one(event["run_prev_hash"]), one(body["hash"]), one(kind), event["data"] if kind in INSPECTED_TYPES else None,
+        one(event["run_prev_hash"]), one(body["hash"]), one(kind), kept_data(kind, event["data"]),
         _signature_error(line, body, event, keys),
     )
 
@@ -252,23 +255,59 @@ def header_bytes(event_hash: str, kid: str, log_id: str, prev_hash: str, run_id:
     ).encode("ascii")
 
 
+def kept_data(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
+    """What the later checks read of a record's data: all of it for run.registered, run.closed and signer.epoch;
+    for the approvals check, the id of an ask decision, the decision id of a tool.result and of an
+    executed_against_policy gap, and the plain fields of a tkbox.approval observation; else None.  Kept small, as
+    the facts of a big bundle come back from pool workers.  Never raises, whatever the data (a record whose data
+    fails its schema fails signatures, and then the approvals check does not read it)."""
+    if kind in _WHOLE_DATA_TYPES:
+        return data
+    decision_id = data.get("decision_id")
+    if not isinstance(decision_id, str):
+        return None
+    decision_id = sys.intern(decision_id)  # a decision's, its result's and its answer's id pickled once
+    if kind == "tool.result":
+        return {"decision_id": decision_id}
+    if kind == "policy.decision":
+        return {"decision_id": decision_id, "verdict": "ask"} if data.get("verdict") == "ask" else None
+    if kind == "capture.gap":
+        return {"decision_id": decision_id} if data.get("kind") == EXECUTED_AGAINST_POLICY else None
+    if kind == "input.observed" and data.get("source") == approval_record.SOURCE:
+        return {"approval_id": data.get("approval_id"), "decision_id": decision_id, "answer": data.get("answer")}
+    return None
+
+
 REGISTERED_FIELDS = frozenset({"agent", "policy_name", "policy_hash", "signer_isolation", "token_expires"})
 CLOSED_FIELDS = frozenset({"reason", "records"})
+OBSERVED_FIELDS = frozenset({"source", "trust", "must_keep", "salt_id", "output"})
+APPROVAL_OBSERVED_FIELDS = OBSERVED_FIELDS | frozenset(approval_record.PLAIN_FIELDS)
 OPTIONAL_DATA_FIELDS = frozenset({"request_mac"})  # added by the signer to records made for a request
+EXECUTED_AGAINST_POLICY = "executed_against_policy"
+_REQUIRED_FIELDS = {"run.registered": REGISTERED_FIELDS, "run.closed": CLOSED_FIELDS, "input.observed": OBSERVED_FIELDS}
 _REQUEST_MAC = re.compile(r"[0-9a-f]{32}", re.ASCII)
+_SOURCE = re.compile(r"[a-z][a-z0-9_.-]{0,63}", re.ASCII)
+_SALT_ID = re.compile(r"[0-9a-f]{32}", re.ASCII)
+_COMMITMENT = re.compile(r"hmac-sha256:[0-9a-f]{64}", re.ASCII)
 
 
 def data_schema_error(kind: str, data: dict[str, Any]) -> str | None:
     """Schema problems in the ``data`` of the types verify relies on (others are only objects)."""
     if kind == "signer.epoch":
         return _epoch_schema_error(data)
-    required = {"run.registered": REGISTERED_FIELDS, "run.closed": CLOSED_FIELDS}.get(kind)
+    required = _REQUIRED_FIELDS.get(kind)
     if required is None:
         return None
+    if kind == "input.observed" and data.get("source") == approval_record.SOURCE:
+        required = APPROVAL_OBSERVED_FIELDS
+    elif kind == "input.observed" and data.keys() & APPROVAL_OBSERVED_FIELDS - OBSERVED_FIELDS:
+        return f"approval_id, decision_id and answer belong to {approval_record.SOURCE} observations only"
     if not required <= data.keys() or data.keys() - required - OPTIONAL_DATA_FIELDS:
         return f"fields are not {', '.join(sorted(required))} (and optionally request_mac)"
     if "request_mac" in data and not (isinstance(data["request_mac"], str) and _REQUEST_MAC.fullmatch(data["request_mac"])):
         return "request_mac is not 32 hex digits"
+    if kind == "input.observed":
+        return _observed_schema_error(data)
     if kind == "run.closed":
         if not isinstance(data["reason"], str) or type(data["records"]) is not int:
             return "reason is not a string or records not an integer"
@@ -282,6 +321,25 @@ def data_schema_error(kind: str, data: dict[str, Any]) -> str | None:
     if data["signer_isolation"] not in ISOLATION_LEVELS:
         return "signer_isolation is not same-user or separate-user"
     return None
+
+
+def _observed_schema_error(data: dict[str, Any]) -> str | None:
+    if not isinstance(data["source"], str) or not _SOURCE.fullmatch(data["source"]):
+        return "source is not 1 to 64 of [a-z0-9_.-] starting with a letter"
+    if data["trust"] not in ("trusted", "untrusted") or type(data["must_keep"]) is not bool:
+        return "trust is not trusted or untrusted, or must_keep not a boolean"
+    if not isinstance(data["salt_id"], str) or not _SALT_ID.fullmatch(data["salt_id"]):
+        return "salt_id is not 32 hex digits"
+    output = data["output"]
+    if (not isinstance(output, dict) or output.keys() != {"hash", "size"} or not isinstance(output["hash"], str)
+            or not _COMMITMENT.fullmatch(output["hash"]) or type(output["size"]) is not int or output["size"] < 0):
+        return "output is not {hash: hmac-sha256:<64 hex>, size: a non-negative integer}"
+    if data["source"] != approval_record.SOURCE:
+        return None
+    if data["trust"] != "trusted":
+        return f"a {approval_record.SOURCE} observation is not trusted"
+    problem = approval_record.plain_fields_error(data)
+    return f"{approval_record.SOURCE}: {problem}" if problem else None
 
 
 def _epoch_schema_error(data: dict[str, Any]) -> str | None:

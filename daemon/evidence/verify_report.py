@@ -29,6 +29,7 @@ CHECK_NAMES = (
     "inclusion",
     "run closed",
     "policy snapshot",
+    "approvals",
 )
 
 VERIFIED = "VERIFIED"

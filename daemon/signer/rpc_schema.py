@@ -31,6 +31,9 @@ ERROR_CODES = frozenset(
         "decision_consumed",
         "args_mismatch",
         "unknown_method",
+        "decision_not_ask",   # a tkbox.approval answer for a decision whose verdict is not ask
+        "approval_answered",  # a second answer for one decision, or an approval id used before
+        "run_contained",      # an approve for a run that is held or quarantined
     }
 )
 

@@ -19,9 +19,11 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from .. import strictjson
+from ..evidence.approval_record import SOURCE as APPROVAL_SOURCE
 from ..evidence.records import SIGNER_RUN_ID, Record, public_raw
 from ..policy import PolicyPack, evaluate
 from . import commitments, runtoken
+from .approvals import ApprovalRefused, check_approval
 from .keys import SignerKeys
 from .rpc_schema import RPC_VERSION, SchemaError, error, validate
 from .state import RunBook, RunState, StoredReply, reply_from_record
@@ -287,7 +289,8 @@ class SignerService:
         if "error" in request:
             data["error"] = commitments.commit(self.keys.salt(f"error:{decision_id}"), request["error"])
         record = await self._record(run.run_id, "tool.result", data, identity, request)
-        if decision.verdict in ("deny", "ask"):
+        approved = decision.verdict == "ask" and decision.answer == "approve"
+        if decision.verdict in ("deny", "ask") and not approved:
             await self._record(run.run_id, "capture.gap",
                                {"kind": "executed_against_policy", "decision_id": decision_id}, "signer", {})
         return reply_from_record(record)
@@ -295,6 +298,12 @@ class SignerService:
     async def _observe(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
         run = self._run_for(identity, request, open_only=True)
         self._ensure_writable()
+        plain: dict[str, str] = {}
+        if request["source"] == APPROVAL_SOURCE:  # an answer to an ask: checked, and which one kept in plain
+            try:
+                plain = check_approval(run, request["trust"], request["value"]).plain()
+            except ApprovalRefused as refused:
+                raise RequestRefused(refused.code, refused.message) from None
         salt_id = secrets.token_hex(16)
         data = {
             "source": request["source"],
@@ -302,6 +311,7 @@ class SignerService:
             "must_keep": request.get("must_keep", False),
             "salt_id": salt_id,
             "output": commitments.commit(self.keys.salt(f"input.observed:{salt_id}"), request["value"]),
+            **plain,
         }
         record = await self._record(run.run_id, "input.observed", data, identity, request)
         return reply_from_record(record)

@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..evidence import approval_record
 from ..evidence.records import SIGNER_RUN_ID, Record
 
 CONTAINMENT_STATES = ("active", "held", "quarantined")
@@ -19,6 +20,7 @@ class DecisionState:
     args_commitment: str
     verdict: str
     consumed: bool = False
+    answer: str | None = None  # the tkbox.approval answer to an ask decision, once recorded
 
 
 @dataclass
@@ -34,6 +36,7 @@ class RunState:
     seqs: list[int] = field(default_factory=list)
     decisions: dict[str, DecisionState] = field(default_factory=dict)
     pending_decisions: int = 0  # decided but not completed
+    approval_ids: set[str] = field(default_factory=set)  # every approval id answered in this run
 
 
 @dataclass
@@ -80,6 +83,12 @@ class RunBook:
             if decision is not None and not decision.consumed:
                 decision.consumed = True
                 run.pending_decisions -= 1
+        elif kind == "input.observed" and data.get("source") == approval_record.SOURCE and "answer" in data:
+            # an answer to an ask (one without the plain fields, which the signer never records, answers nothing)
+            run.approval_ids.add(data["approval_id"])
+            answered = run.decisions.get(data["decision_id"])
+            if answered is not None:
+                answered.answer = data["answer"]
         elif kind == "containment.changed":
             run.containment = data["state"]
             run.containment_reason = data.get("reason", "")

@@ -1,6 +1,7 @@
 """``tkbox run | exec | ls | stop | rm | diff | events``: boxes from the command line, through the daemon's API.
 
-``tkbox exec`` has its own module (``exec_command``); the rest are here.  Every command reports a failure through
+``tkbox exec`` has its own module (``exec_command``), and so have the approvals (``approvals``: ``approvals``,
+``approve``, ``reject``, ``forget``); the rest are here.  Every command reports a failure through
 ``report`` (one line on stderr, or a JSON error object on stdout with ``--json``).
 """
 
@@ -18,6 +19,7 @@ from tkbox_daemon.wire import BoxInfo, Event
 
 from ..client import DaemonError
 from ..terminal_text import safe_lines, safe_text
+from . import approvals
 from .daemon_refusals import daemon_client, from_daemon
 from .exec_command import EXIT_DENIED, RawTerminal, _drive_exec, exec_main  # noqa: F401  (tests drive these here)
 from .report import CliError, CliParser, interrupted, report, wants_json
@@ -108,7 +110,8 @@ async def _run(argv: list[str]) -> int:
 
 
 async def _ls(argv: list[str]) -> int:
-    parser = CliParser(prog="tkbox ls", description="List boxes.")
+    parser = CliParser(prog="tkbox ls", description="List boxes, with their state, their execs (running/total) "
+                                                    "and their approvals waiting for a person.")
     parser.add_json()
     args = parser.parse_args(argv)
     async with daemon_client() as client:
@@ -116,10 +119,11 @@ async def _ls(argv: list[str]) -> int:
     if args.json:
         print(json.dumps([b.to_json() for b in boxes], indent=2, sort_keys=True))
         return 0
-    print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7}  {'RUN':<28} WORKSPACE")
+    print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7} {'APPROVALS':>9}  {'RUN':<28} WORKSPACE")
     for box in boxes:
         print(f"{safe_text(box.name):<20} {safe_text(box.id):<13} {safe_text(box.state):<9} "
-              f"{safe_text(box.execs_running):>3}/{safe_text(box.execs_total):<3}  "
+              f"{safe_text(box.execs_running):>3}/{safe_text(box.execs_total):<3} "
+              f"{safe_text(box.approvals_pending):>9}  "
               f"{safe_text(box.run_id or 'UNRECORDED'):<28} {safe_text(box.workspace)}")
     return 0
 
@@ -209,6 +213,7 @@ COMMANDS = {
     "rm": lambda argv: _one_box(argv, "rm", "Remove a box: stop it if needed and close its run."),
     "diff": _diff,
     "events": _events,
+    **approvals.COMMANDS,
 }
 
 

@@ -11,6 +11,10 @@ own) and the tail of stdout and stderr as text.  One object rather than a stream
 a loop acts on the outcome, never on half of it; a person watching a long command runs it without ``--json``.
 A denial is a result too (its decision and exit code 126); only an exec that got no decision at all (no daemon, no
 such box, refused before deciding) is an ``{"error": …}`` object.  The exit status is the same as without ``--json``.
+
+A command the policy answers ``ask`` is held for a person's approval (``exec_held``): one line on stderr says how to
+approve it, and the exec waits; approved, it runs as usual; rejected or expired, it ends with 126 and the daemon's
+reason.  Ctrl+C while it is held withdraws the approval (exit 130).
 """
 
 from __future__ import annotations
@@ -31,7 +35,8 @@ from tkbox_daemon.tasks import spawn
 from ..client import DaemonClient, DaemonError
 from ..terminal_text import safe_text
 from .daemon_refusals import from_daemon
-from .report import CliError, CliParser
+from .exec_held import PROMPT, Answer, answer_in_place, approved_line, held_line, not_approved_line, say
+from .report import CliError, CliParser, interrupted
 
 EXIT_DENIED = 126
 EXIT_NO_EXIT_CODE = 2  # the command ended without an exit code of its own (the host ended it; the message says why)
@@ -42,7 +47,10 @@ def _parser() -> CliParser:
     parser = CliParser(prog="tkbox exec", usage="tkbox exec [options] BOX -- PROGRAM [ARGS…]",
                        description="Run a command in a box, decided by the signer first. The command is argv, "
                                    "not a shell line: write sh -c 'LINE' for a shell. Exits with the command's "
-                                   "status, 126 when it is denied.")
+                                   "status, 126 when it is denied. A command the policy asks about waits for a "
+                                   "person's approval (tkbox approve ID, the console, or with --tty a key here); "
+                                   "rejected or expired, it exits 126 with the reason. Ctrl+C while it waits "
+                                   "withdraws the approval (exit 130).")
     parser.add_argument("box", help="the box's name or id")
     parser.add_argument("--cwd", default="/workspace", help="working directory in the box (default /workspace)")
     parser.add_argument("-e", "--env", action="append", default=[], help="K=V for this command (repeatable)")
@@ -51,7 +59,8 @@ def _parser() -> CliParser:
     parser.add_argument("--timeout", type=int, help="seconds before the command is killed")
     parser.add_argument("-t", "--tty", action="store_true",
                         help="run on a terminal in the box (interactive: keys go raw to the command); needs a "
-                             "terminal on stdin")
+                             "terminal on stdin. When the command waits for an approval, you can answer here "
+                             "with one key: a approve, A approve and remember, x reject")
     parser.add_json("print one JSON object when the command has ended: its decision, exit and the last MiB of "
                     "its stdout and stderr as text")
     return parser
@@ -106,6 +115,7 @@ class ExecResult:
         self.box = box
         self.argv = argv
         self.decision: dict[str, Any] | None = None
+        self.approval: dict[str, Any] | None = None  # once held: id, expiry, and how it was answered
         self.tails = {1: bytearray(), 2: bytearray()}
         self.sizes = {1: 0, 2: 0}
 
@@ -119,7 +129,8 @@ class ExecResult:
     def finish(self, exit_code: int, end: dict[str, Any] | None) -> int:
         """Print the result (ASCII JSON: box bytes arrive as ``\\uXXXX``, never raw); return the exit status."""
         result = {
-            "box": self.box, "argv": self.argv, "decision": self.decision, "exit_code": exit_code, "exit": end,
+            "box": self.box, "argv": self.argv, "decision": self.decision, "approval": self.approval,
+            "exit_code": exit_code, "exit": end,
             # Text for a reader: bytes that are not UTF-8 become U+FFFD (the exact bytes: run without --json).
             "stdout": self.tails[1].decode("utf-8", "replace"), "stderr": self.tails[2].decode("utf-8", "replace"),
             "stdout_bytes": self.sizes[1], "stderr_bytes": self.sizes[2],
@@ -149,6 +160,8 @@ class RawTerminal:
         return (rows, cols) if 1 <= rows <= 1000 and 1 <= cols <= 1000 else None
 
     def enter(self) -> None:
+        if self.saved is not None:  # already raw: keep the attributes to restore
+            return
         self.saved = termios.tcgetattr(self.fd)
         tty.setraw(self.fd, termios.TCSANOW)  # TCSANOW: keys typed ahead are kept, not flushed
 
@@ -159,16 +172,31 @@ class RawTerminal:
 
 
 async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = None,
-                      collected: ExecResult | None = None) -> int:
+                      collected: ExecResult | None = None, answer: Answer | None = None) -> int:
     """Read the exec's messages to its end; the command's output goes to our stdout/stderr, or into ``collected``
-    (``--json``).  Returns the exit status; raises CliError when the exec fails without an end of its own."""
+    (``--json``).  Returns the exit status; raises CliError when the exec fails without an end of its own.
+
+    ``answer`` answers a held exec's approval from the ``terminal`` (default: through ``call.client``)."""
     loop = asyncio.get_running_loop()
     interrupts = 0
     stopped_by: int | None = None
     main = asyncio.current_task()
+    decision: dict[str, Any] | None = None
+    held_id: str | None = None  # the approval the exec waits for, until it is answered
+    withdrawn = False
+    answerer: asyncio.Task[None] | None = None
+
+    def withdraw() -> None:  # Ctrl+C while held: stop waiting; the connection closing withdraws the approval
+        nonlocal withdrawn
+        withdrawn = True
+        if main is not None:
+            main.cancel()
 
     def on_interrupt() -> None:  # Ctrl+C interrupts the command, a second kills it, a third stops waiting for it
         nonlocal interrupts
+        if held_id is not None:
+            withdraw()
+            return
         interrupts += 1
         if interrupts >= 3:
             on_stop(signal.SIGINT)
@@ -205,15 +233,47 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
             kind = message.get("type")
             if kind != "started" and terminal is not None:
                 terminal.restore()  # anything but output is printed on a sane terminal
+            if answerer is not None and kind != "held":
+                answerer.cancel()  # whatever comes next, the key here is no longer the answer
+                answerer = None
             if kind == "decision":
+                decision = message
                 if collected is not None:
                     collected.decision = _without_type(message)
-                if "TK-UNRECORDED" in message.get("rule_ids", []):
+                rule_ids = message.get("rule_ids")
+                if isinstance(rule_ids, list) and "TK-UNRECORDED" in rule_ids:
                     print("tkbox: WARNING: UNRECORDED — this daemon has no signer; nothing is decided or recorded",
                           file=sys.stderr)
                 elif message.get("verdict") == "flag" and collected is None:
                     print(f"tkbox: flagged by {_rules(message)}: {safe_text(message.get('reason', ''))}",
                           file=sys.stderr)
+            elif kind == "held":
+                held_id = str(message.get("approval_id", ""))
+                print(held_line(decision, message), file=sys.stderr, flush=True)
+                if collected is not None:
+                    collected.approval = {"id": held_id, "expires_at": message.get("expires_at"), "state": "pending"}
+                if terminal is not None and answerer is None:
+                    terminal.enter()  # before the prompt shows: a key typed after it is never echoed
+                    say(PROMPT, raw=True)
+                    answerer = spawn(answer_in_place(terminal.fd, held_id, answer or _answer_through(call), withdraw),
+                                     name="exec-approval-key")
+            elif kind == "approved":
+                held_id = None
+                if collected is not None:
+                    collected.approval = {**(collected.approval or {}), "id": message.get("approval_id"),
+                                          "state": "approved", "by": message.get("by")}
+                else:
+                    print(approved_line(message), file=sys.stderr, flush=True)
+            elif kind == "denied" and message.get("approval_id"):  # held, then not approved
+                held_id = None
+                if collected is not None:
+                    collected.approval = {**(collected.approval or {}), "id": message.get("approval_id"),
+                                          "state": message.get("state"), "reason": message.get("reason")}
+                    if collected.decision is None:
+                        collected.decision = _without_type(message)
+                    return collected.finish(EXIT_DENIED, None)
+                print(not_approved_line(message), file=sys.stderr, flush=True)
+                return EXIT_DENIED
             elif kind == "started" and terminal is not None:
                 terminal.enter()
                 loop.add_signal_handler(signal.SIGWINCH, on_winch)
@@ -244,10 +304,14 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
         raise CliError("daemon_lost", "the daemon closed the connection before the command ended",
                        "see whether it still runs: tkbox ls")
     except asyncio.CancelledError:
+        if withdrawn:
+            raise interrupted(f"the approval {held_id} is withdrawn; nothing ran") from None
         if stopped_by is None:
             raise
         return 128 + stopped_by  # the command is stopped by closing the connection (the daemon kills it)
     finally:
+        if answerer is not None:
+            answerer.cancel()
         if terminal is not None:
             terminal.restore()
         for signum in (signal.SIGINT, signal.SIGWINCH, signal.SIGTERM, signal.SIGHUP):
@@ -255,6 +319,15 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
         if feeder is not None:
             feeder.cancel()
         await call.close()
+
+
+def _answer_through(call: Any) -> Answer:
+    """Answer an approval through the exec's own client (the same socket, so the same person)."""
+
+    async def answer(approval_id: str, verb: str, remember: bool) -> None:
+        await call.client.answer_approval(approval_id, verb, remember=remember)
+
+    return answer
 
 
 def _rules(message: dict[str, Any]) -> str:

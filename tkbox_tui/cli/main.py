@@ -34,6 +34,9 @@ commands:
   ls | stop | rm       list boxes; stop one (saves its patch); remove one (closes its run)
   diff BOX             print a box's changes as a git-format patch
   events [BOX]         print the daemon's events (--follow to keep printing)
+  approvals            list the approvals waiting for a person (--follow to keep printing)
+  approve | reject ID  answer one (approve --remember; reject --reason TEXT)
+  forget BOX RULE_ID   remove a rule approve --remember added to a box
   signer …             serve | up | down | status | trust | export   (tkbox signer --help)
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
@@ -73,7 +76,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "console": _up_group("console"),
     "demo": _demo,
     "daemon": daemon_side.daemon,
-    **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events")},
+    **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events",
+                                                "approvals", "approve", "reject", "forget")},
     "signer": daemon_side.signer,
     "verify": daemon_side.verify,
     "policy": daemon_side.policy,
