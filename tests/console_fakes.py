@@ -2,6 +2,11 @@
 
 Put ``Event``s on ``fake.live`` to stream them; put ``DROP_STREAM`` to end the stream as a daemon restart does (the
 console must reconnect and resume with ``after=<last seq>``); ``fake.history`` is what a reconnect replays.
+
+Approvals as the daemon keeps them: ``fake.ask(approval)`` opens a pending one and streams its
+``approval.pending``; ``answer_approval`` answers it as the daemon does (409 when it is no longer pending) and streams
+``approval.answered``; ``fake.hold(program)`` makes an exec of that program wait for an approval, as an ``ask``
+does, and go on (or be denied) when it is answered.  ``fake.emit`` numbers events after every one sent so far.
 """
 
 from __future__ import annotations
@@ -13,7 +18,7 @@ from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tkbox_daemon.wire import BoxInfo, Event, ExecInfo, ExecOutput, OutputTail
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, OutputTail, RememberedRule
 from tkbox_tui.client import DaemonError, DaemonUnreachable
 
 DROP_STREAM = object()
@@ -56,6 +61,32 @@ def make_exec(exec_id: int, command: str, state: str = "finished", stdout: bytes
     return ExecOutput(ExecInfo(**values), stdout, stderr)
 
 
+def make_approval(approval_id: str = "apr-00000000000000a1", box_id: str = "b1", box_name: str = "web-api",
+                  command: str = "sudo true", state: str = "pending", **extra: Any) -> ApprovalInfo:
+    """An exec approval as the daemon gives it: asked 15 s before ``FIXED_NOW``, expiring 105 s after it, under
+    ``TK-A010``, unless ``extra`` says otherwise."""
+    values: dict[str, Any] = dict(
+        id=approval_id, box_id=box_id, box_name=box_name, kind="exec", state=state,
+        asked={"command": command, "cwd": "/workspace", "tty": False}, program=command.split(" ")[0],
+        decision_id=f"dec-{approval_id[-4:]}", rule_ids=("TK-A010",), reason="runs a command as root",
+        created_at="2025-03-01T11:59:45Z", expires_at="2025-03-01T12:01:45Z",
+        hint=f"answer it with: tkbox approve {approval_id}", context={"exec_id": 7})
+    values.update(extra)
+    return ApprovalInfo(**values)
+
+
+def make_rule(remembered_id: str = "rem-0123456789ab", program: str = "sudo", **extra: Any) -> RememberedRule:
+    """A remembered rule: ``program`` under ``TK-A010``, made by uid 1000 two minutes before ``FIXED_NOW``."""
+    values: dict[str, Any] = dict(id=remembered_id, program=program, rule_id="TK-A010", approval_id="apr-00000000000000a1",
+                                  by="uid 1000 (op)", created_at="2025-03-01T11:58:00Z")
+    values.update(extra)
+    return RememberedRule(**values)
+
+
+ANSWERED_BY = "uid 1000 (op)"
+ANSWERED_AT = "2025-03-01T11:59:58Z"
+
+
 class FakeExecCall:
     """An exec whose daemon side is a script: ``outputs`` are sent after start; a signal ends it with 130."""
 
@@ -69,8 +100,31 @@ class FakeExecCall:
     async def start(self, argv: list[str], **options: Any) -> None:
         self.argv = argv
         self.fake.calls.append(("exec", self.ref, tuple(argv)))
+        if argv and argv[0] in self.fake.held_programs:
+            box = next(box for box in self.fake.box_list if self.ref in (box.id, box.name))
+            approval = make_approval(f"apr-{len(self.fake.approval_list) + 1:016x}", box.id, box.name,
+                                     " ".join(argv), program=argv[0])
+            self._items.put_nowait({"type": "decision", "verdict": "ask", "rule_ids": list(approval.rule_ids),
+                                    "reason": approval.reason, "decision_id": approval.decision_id})
+            self._items.put_nowait({"type": "held", "approval_id": approval.id, "expires_at": approval.expires_at})
+            self.fake.held_calls[approval.id] = self
+            self.fake.ask(approval)
+            return
         for item in self.fake.exec_script(argv):
             self._items.put_nowait(item)
+
+    def release(self, approval: ApprovalInfo) -> None:
+        """The approval this exec waited for ended: it runs (as ``exec_script`` says), or it is denied (126)."""
+        if approval.state == "approved":
+            self._items.put_nowait({"type": "approved", "approval_id": approval.id, "by": approval.answered_by})
+            for item in self.fake.exec_script(self.argv)[1:]:  # the decision was sent already
+                self._items.put_nowait(item)
+            return
+        why = f"rejected by {approval.answered_by}: {approval.answer_reason}" if approval.state == "rejected" else \
+            f"the approval {approval.state}"
+        self._items.put_nowait({"type": "denied", "exit_code": 126, "reason": why, "approval_id": approval.id,
+                                "state": approval.state})
+        self._items.put_nowait(None)
 
     async def signal(self, name: str) -> None:
         self.signals.append(name)
@@ -112,6 +166,91 @@ class FakeDaemonClient:
         self.create_error: DaemonError | None = None
         self.exec_outputs: dict[str, list[ExecOutput]] = {}
         """What ``execs``/``exec_output`` answer, by box id (the daemon's exec history)."""
+        self.approval_list: list[ApprovalInfo] = []
+        """The approvals the daemon keeps, oldest first (``approvals``/``approval``/``answer_approval``)."""
+        self.approvals_error: DaemonError | None = None
+        """What ``approvals`` raises instead of answering (e.g. a daemon without the approvals API)."""
+        self.answer_errors: dict[str, DaemonError] = {}
+        """What ``answer_approval`` raises for an approval id, instead of answering it."""
+        self.held_programs: set[str] = set()
+        self.held_calls: dict[str, FakeExecCall] = {}
+        """The exec waiting for each pending approval (``hold``)."""
+        self._seq = 0
+
+    # -- approvals ------------------------------------------------------------------------------------------
+
+    def next_seq(self) -> int:
+        self._seq = max([self._seq, *(event.seq for event in self.history)]) + 1
+        return self._seq
+
+    def emit(self, box_id: str, kind: str, **data: Any) -> Event:
+        """Stream an event numbered after every event sent so far."""
+        event = make_event(self.next_seq(), box_id, kind, **data)
+        self.live.put_nowait(event)
+        return event
+
+    def ask(self, approval: ApprovalInfo) -> ApprovalInfo:
+        """A new pending approval, as the daemon opens one: kept, and its ``approval.pending`` streamed."""
+        self.approval_list.append(approval)
+        self.emit(approval.box_id, "approval.pending", approval=approval.to_json())
+        return approval
+
+    def settle(self, approval_id: str, state: str, kind: str = "approval.answered", **changes: Any) -> ApprovalInfo:
+        """An approval ends (answered elsewhere, expired…): kept so, and its event streamed."""
+        index = next(i for i, info in enumerate(self.approval_list) if info.id == approval_id)
+        settled = replace(self.approval_list[index], state=state, **changes)
+        self.approval_list[index] = settled
+        self.emit(settled.box_id, kind, approval=settled.to_json())
+        call = self.held_calls.pop(approval_id, None)
+        if call is not None:
+            call.release(settled)
+        return settled
+
+    def hold(self, program: str) -> None:
+        """Execs of ``program`` are ``ask``s: each waits for an approval (``held``), then runs or is denied."""
+        self.held_programs.add(program)
+
+    async def approvals(self, box: str | None = None, pending_only: bool = False) -> list[ApprovalInfo]:
+        self.calls.append(("approvals", box, pending_only))
+        if self.approvals_error is not None:
+            raise self.approvals_error
+        return [info for info in self.approval_list
+                if (box is None or box in (info.box_id, info.box_name)) and (info.pending or not pending_only)]
+
+    async def approval(self, approval_id: str) -> ApprovalInfo:
+        self.calls.append(("approval", approval_id))
+        for info in self.approval_list:
+            if info.id == approval_id:
+                return info
+        raise DaemonError("not_found", f"approval '{approval_id}' not found; list them with: tkbox approvals", 404)
+
+    async def answer_approval(self, approval_id: str, answer: str, *, reason: str = "",
+                              remember: bool = False) -> ApprovalInfo:
+        self.calls.append(("answer_approval", approval_id, answer, reason, remember))
+        if approval_id in self.answer_errors:
+            raise self.answer_errors[approval_id]
+        info = await self.approval(approval_id)
+        if info.state == "expired":
+            raise DaemonError("approval_expired", f"approval {approval_id} expired at {info.expires_at}; nothing "
+                              "changed", 409)
+        if not info.pending:
+            raise DaemonError("approval_answered", f"approval {approval_id} was already {info.state} by "
+                              f"{info.answered_by} at {info.answered_at}; nothing changed", 409)
+        return self.settle(approval_id, "approved" if answer == "approve" else "rejected", answered_by=ANSWERED_BY,
+                           answered_at=ANSWERED_AT, answer_reason=reason, remember=remember)
+
+    async def forget_rule(self, box_ref: str, rule_id: str) -> RememberedRule:
+        self.calls.append(("forget_rule", box_ref, rule_id))
+        for index, box in enumerate(self.box_list):
+            if box_ref in (box.id, box.name):
+                rules = [RememberedRule.from_json(item) for item in box.remembered]
+                removed = next((rule for rule in rules if rule.id == rule_id), None)
+                if removed is None:
+                    break
+                self.box_list[index] = replace(box, remembered=[r.to_json() for r in rules if r.id != rule_id])
+                self.emit(box.id, "approval.rule_removed", rule=removed.to_json())
+                return removed
+        raise DaemonError("not_found", f"remembered rule {rule_id} of box {box_ref} not found", 404)
 
     async def health(self) -> dict[str, Any]:
         """Like the daemon's: its last sequence number (the newest event of ``history``)."""
@@ -217,6 +356,22 @@ def two_boxes() -> list[BoxInfo]:
 WAIT_UNTIL_LIMIT = 60.0
 """Seconds ``wait_until`` keeps trying: a safety net against a hang, never a timing assertion (a loaded machine
 delays the console's render timer far past any number of idle rounds)."""
+
+
+def record_notifications(app: Any) -> list[Any]:
+    """Every notification ``app`` shows, kept (Textual drops a shown one after its timeout, which a loaded machine
+    can reach before the test looks): each with ``title``, ``message`` and ``severity``."""
+    from types import SimpleNamespace
+
+    notes: list[Any] = []
+    shown = app.notify
+
+    def notify(message: str, *, title: str = "", severity: str = "information", **options: Any) -> None:
+        notes.append(SimpleNamespace(title=title, message=message, severity=severity))
+        shown(message, title=title, severity=severity, **options)
+
+    app.notify = notify
+    return notes
 
 
 async def wait_until(pilot: Any, condition: Any, rounds: int = 200) -> None:

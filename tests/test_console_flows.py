@@ -330,5 +330,5 @@ async def test_a_render_tick_while_the_widgets_are_gone_draws_nothing_and_keeps_
         await _started(app, pilot)
         await app.main_screen.query_one(BoxTable).remove()
         app._render_dirty = True
-        app._render_if_dirty()  # no crash: there is nothing to draw into
+        await app._render_if_dirty()  # no crash: there is nothing to draw into
         assert app._render_dirty  # kept for a later tick

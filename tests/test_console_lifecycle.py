@@ -65,7 +65,7 @@ class ShutdownProbe:
         if self.tick:  # what the render, box-refresh and clock timers call (Textual calls them directly)
             app._render_dirty = True
             app._boxes_to_refresh.add("b1")
-            app._render_if_dirty()
+            await app._render_if_dirty()
             app._refresh_touched_boxes()
         await self._close_messages(*args, **kwargs)
 

@@ -1,5 +1,6 @@
-"""``s`` under the default pack: ``/bin/sh`` is an ``ask``, which has nowhere to go yet; the console says that a
-person's approval is what is missing, with the rule and its reason from the daemon's ``exec.denied`` event.
+"""``s`` under the default pack: ``/bin/sh`` is an ``ask``; when it is not approved, the console says so, with the
+rule and its reason from the daemon's ``exec.denied`` event (``test_console_approvals_exec.py``: from the shell's
+rejected or expired approval).
 
 The real ``tkbox exec --tty`` is replaced by a script of what it does against the daemon: the daemon emits
 ``exec.denied`` (received by the console's event stream) and the command exits 126.
@@ -44,17 +45,17 @@ async def _press_s(app, pilot) -> None:
     await pilot.press("s")
 
 
-async def test_a_shell_the_policy_asks_about_is_refused_saying_a_persons_approval_is_missing(tmp_path, monkeypatch):
+async def test_a_shell_the_policy_asks_about_and_nobody_approved_is_refused_saying_so(tmp_path, monkeypatch):
     fake, app, ran = _shell_app(tmp_path, monkeypatch, ASK)
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
         await _press_s(app, pilot)
         await wait_until(pilot, lambda: any(n.title == "shell refused" for n in app._notifications), rounds=2000)
         note = next(n for n in app._notifications if n.title == "shell refused")
         assert ran == [[*shell.tkbox_executable(), "exec", "web-api", "--tty", "--", "/bin/sh"]]
-        assert note.message.startswith("A person's approval is what is missing")
+        assert note.message.startswith("The shell was not approved, so it was refused: the policy asks a person")
         assert "TK-A005: runs code it reads from standard input" in note.message
-        assert "cannot take approvals yet (they arrive with the approvals issue)" in note.message
-        assert "e runs one command at a time" in note.message and note.severity == "warning"
+        assert "cannot take approvals" not in note.message
+        assert "s asks again" in note.message and note.severity == "warning"
 
 
 async def test_a_shell_the_policy_denies_is_refused_with_the_rule(tmp_path, monkeypatch):

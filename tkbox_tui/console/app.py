@@ -2,9 +2,9 @@
 
 One App-level worker consumes the daemon's event stream (``_stream_daemon_events``); every other daemon call runs
 in its own worker, so nothing on the UI's path waits on the network.  This module holds the state, the event
-stream, rendering, selection and filter; box actions (``box_actions.py``), the exec panel and shell
-(``exec_actions.py``), the ``:`` commands (``command_actions.py``), Enter's box and event pages (``drill_down.py``)
-and themes (``theming.py``) are mixins.  ``make_app`` builds the App for the CLI,
+stream, rendering, selection and filter; approvals, their prompt and inbox (``approval_actions.py``), box actions
+(``box_actions.py``), the exec panel and shell (``exec_actions.py``), the ``:`` commands (``command_actions.py``),
+Enter's box and event pages (``drill_down.py``) and themes (``theming.py``) are mixins.  ``make_app`` builds the App for the CLI,
 tests and the bench; ``run_console`` runs it against a real daemon.
 """
 
@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Iterable
+from dataclasses import replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -29,32 +30,36 @@ from tkbox_daemon.wire import Event
 
 from ..client import DaemonError
 from ..terminal_text import safe_text
+from .approval_actions import ApprovalActionsMixin
 from .box_actions import BoxActionsMixin
 from .client_protocol import ConsoleClient
 from .command_actions import CommandActionsMixin
 from .drill_down import DrillDownMixin
-from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_box_list
+from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_approvals, fetch_box_list
 from .exec_actions import ExecActionsMixin
 from .filter_pattern import FilterError
+from .gc_tuning import tune_garbage_collector
 from .key_routing import KeyRoutingMixin
 from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .lifecycle import LifecycleMixin
-from .messages import BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
+from .messages import ApprovalsLoaded, BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
 from .present import connection_label, disconnected_banner, textual_markup_literal
-from .screens import HelpScreen, MainScreen
+from .screens import BoxScreen, HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
 from .theming import ThemeMixin
-from .widgets import BoxDetail, BoxTable, CommandBar, EventLog, ExecPanel
+from .widgets import ApprovalsBadge, BoxDetail, BoxTable, CommandBar, EventLog, ExecPanel
 
 Clock = Callable[[], datetime]
+RENDER_CHUNK = 500
+"""Log lines a render formats before it lets the App's messages through (``_render_if_dirty``)."""
 
 
 def utc_now() -> datetime:
     return datetime.now(UTC)
 
 
-class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
+class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
                  DrillDownMixin, App[int]):
     """The console; construct it with ``make_app``."""
 
@@ -64,6 +69,8 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
 
     connected: reactive[bool] = reactive(False)
     """Whether the event stream is connected to the daemon (the banner says so plainly when not)."""
+    approvals_pending: reactive[int] = reactive(0)
+    """Pending approvals across every box: every screen's footer shows it (``ApprovalsBadge``)."""
 
     def __init__(self, client: ConsoleClient, settings: ConsoleSettings, clock: Clock) -> None:
         super().__init__()
@@ -76,6 +83,8 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         self._log_rebuild = True
         self._rendered_seq = 0
         self._boxes_to_refresh: set[str] = set()
+        self._shown_texts: dict[str, str] = {}
+        self.init_approvals()
         self.user_keymap, self.keymap_problems = load_user_keymap(settings.config_file)
         self.set_keymap(self.user_keymap)
 
@@ -98,6 +107,8 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         self.set_interval(self.settings.box_refresh_interval, self._refresh_touched_boxes)
         if self.settings.tick_interval:
             self.set_interval(self.settings.tick_interval, self._mark_dirty)
+            self.set_interval(self.settings.tick_interval, self.tick_approvals)
+        self.set_interval(self.settings.prompt_recheck_interval, self.recheck_prompt)
         if self.settings.watch_themes:
             self.watch_user_themes()
 
@@ -106,17 +117,21 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         self._render_now()
         self.main_screen.query_one(BoxTable).focus()
         self._stream_daemon_events()
+        self.maybe_show_prompt()
 
     # -- the event stream -----------------------------------------------------------------------------------
 
     @work(exclusive=True, group="daemon-events", exit_on_error=False, description="daemon event stream")
     async def _stream_daemon_events(self) -> None:
-        """Resync boxes, then follow events from the last seq; on any loss, say so and retry with backoff."""
+        """Resync boxes and approvals, then follow events from the last seq; on any loss, say so and retry with
+        backoff."""
         backoff = Backoff(self.settings.reconnect_initial, self.settings.reconnect_maximum)
         while True:
             try:
                 boxes, listed_through = await fetch_box_list(self.client)  # the table is reconciled with it
+                approvals = await fetch_approvals(self.client)  # asked after the same last seq as the boxes
                 self.post_message(BoxesLoaded(boxes, listed_through))
+                self.post_message(ApprovalsLoaded(approvals, listed_through))
                 self.post_message(ConnectionChanged(True))
                 backoff.reset()
                 received = 0
@@ -136,12 +151,16 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
 
     @on(EventsPending)
     def take_events(self) -> None:
+        taken = []
         for event in self.inbox.drain():
-            if self.state.apply(event) and event.box_id in self.state.boxes and event.kind != "box.removed":
-                self._boxes_to_refresh.add(event.box_id)
+            if self.state.apply(event):
+                taken.append(event)
+                if event.box_id in self.state.boxes and event.kind != "box.removed":
+                    self._boxes_to_refresh.add(event.box_id)
             if event.kind == "box.removed":
                 self.state.forget_box(event.box_id)
         self._render_dirty = True
+        self.take_approval_events(taken)  # at once, not at the next render: the prompt pops now
 
     @on(ConnectionChanged)
     def show_connection(self, message: ConnectionChanged) -> None:
@@ -152,16 +171,29 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
     def watch_connected(self, connected: bool) -> None:
         self.set_class(not connected, "-disconnected")
 
+    def watch_approvals_pending(self, count: int) -> None:
+        """Every screen's footer shows the count ("attributes down")."""
+        if self.ui_closed:
+            return
+        for screen in self.screen_stack:
+            for badge in screen.query(ApprovalsBadge):
+                badge.show_count(count)
+
     @on(BoxesLoaded)
     def take_boxes(self, message: BoxesLoaded) -> None:
         self.state.set_boxes(message.boxes, message.listed_through)
         self._render_dirty = True
+        self.count_pending()
 
     @on(BoxRefreshed)
     def take_box(self, message: BoxRefreshed) -> None:
         if message.box.id in self.state.boxes:
             self.state.update_box(message.box)
             self._render_dirty = True
+            self.count_pending()
+            for screen in self.screen_stack:  # the box's page, open: its remembered rules
+                if isinstance(screen, BoxScreen) and screen.box.id == message.box.id and screen.is_mounted:
+                    screen.show_box(message.box)
 
     def _refresh_touched_boxes(self) -> None:
         if self._boxes_to_refresh and self.state.connected and not self.ui_closed:
@@ -181,9 +213,34 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
     def _mark_dirty(self) -> None:
         self._render_dirty = True
 
-    def _render_if_dirty(self) -> None:
-        if self._render_dirty and not self.ui_closed and self.main_screen.is_mounted:
-            self._render_now()
+    def _may_render(self) -> bool:
+        return self._render_dirty and not self.ui_closed and self.main_screen.is_mounted and not self.prompt_opening
+
+    async def _render_if_dirty(self) -> None:
+        """The render timer: the new log lines are formatted ``RENDER_CHUNK`` at a time, the App's messages let
+        through in between (at 20,000 events/s a render formats thousands: an approval's prompt must not wait)."""
+        if self._may_render():
+            formatted = await self._format_fresh_lines()
+            if self._may_render():
+                self._render_now(formatted)
+
+    async def _format_fresh_lines(self) -> tuple[list[str], int] | None:
+        """The log lines of the events not drawn yet, and the last seq among them; None when the render must
+        format them itself: the log is to be rebuilt, or meanwhile something drew it or changed what it shows."""
+        state, drawn = self.state, self._rendered_seq
+        shown_by = (state.event_filter, state.scope_to_selected, state.selected_box_id)
+        fresh = [event for event in state.events if event.seq > drawn] if not self._log_rebuild else []
+        if len(fresh) <= RENDER_CHUNK:
+            return None
+        lines: list[str] = []
+        for start in range(0, len(fresh), RENDER_CHUNK):
+            if start:
+                await asyncio.sleep(0)
+                if self._log_rebuild or self._rendered_seq != drawn or shown_by != (
+                        state.event_filter, state.scope_to_selected, state.selected_box_id):
+                    return None
+            lines += state.shown_lines(fresh[start:start + RENDER_CHUNK])
+        return lines, fresh[-1].seq
 
     def _main_widgets(self) -> tuple[BoxTable, BoxDetail, EventLog, Static, Static, Static] | None:
         """The widgets a render draws into, or None while the main screen's widgets are composed or torn down
@@ -196,7 +253,9 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         except NoMatches:
             return None
 
-    def _render_now(self) -> None:
+    def _render_now(self, formatted: tuple[list[str], int] | None = None) -> None:
+        """Draw the state; ``formatted``: the new log lines already made, and the last seq among them (the events
+        after it are drawn by the next render)."""
         widgets = self._main_widgets()
         if widgets is None:
             self._render_dirty = True  # nothing to draw into: a later render draws
@@ -204,25 +263,47 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
         table, detail, log, title, follow_status, banner = widgets
         self._render_dirty = False
         state = self.state
-        table.sync(state.boxes, self.clock(), self.tkbox_tokens)
+        table.sync(self._boxes_with_live_counts(), self.clock(), self.tkbox_tokens)
         detail.show_box(state.selected_box)
+        drawn_through = state.last_seq
         if self._log_rebuild:
             self._log_rebuild = False
             log.set_match_pattern(state.event_filter.highlight)
             log.replace_lines(state.shown_lines(state.events))
         else:
-            fresh = state.shown_lines(event for event in state.events if event.seq > self._rendered_seq)
+            if formatted is None:
+                fresh = state.shown_lines(event for event in state.events if event.seq > self._rendered_seq)
+            else:
+                fresh, drawn_through = formatted
+                self._render_dirty = drawn_through < state.last_seq
             if fresh:
                 log.write_lines(fresh)
-        self._rendered_seq = state.last_seq
+        self._rendered_seq = drawn_through
         scope = f" of {safe_text(state.selected_box.name)}" if state.scope_to_selected and state.selected_box else ""
-        title.update(Text(f"Events{scope}  ({state.events_seen} received)"))  # Text: a box name is no markup
-        follow_status.update(Text(connection_label(  # Text: a regex is no markup
+        # One row, full width (app.tcss): its count changes at every render, without a layout of the screen.
+        self._show_text(title, f"Events{scope}  ({state.events_seen} received)", layout=False)
+        self._show_text(follow_status, connection_label(
             state.connected, state.following, state.new_while_paused,
-            state.event_filter.describe(), state.event_filter.inverted)))
+            state.event_filter.describe(), state.event_filter.inverted))
         # What matters first (the reason can be long: it wraps, see #connection-banner in app.tcss).
-        banner.update(Text("tkbox console" if state.connected else disconnected_banner(
-            state.disconnect_reason, state.disconnect_hint)))
+        self._show_text(banner, "tkbox console" if state.connected else disconnected_banner(
+            state.disconnect_reason, state.disconnect_hint))
+
+    def _show_text(self, widget: Static, text: str, layout: bool = True) -> None:
+        """Show ``text`` in ``widget`` as ``Text`` (box names and regexes are no markup), only when it changed: an
+        update that may change a widget's size lays out the whole screen, which at every render cost the console
+        tens of milliseconds while events stream in."""
+        if self._shown_texts.get(widget.id or "") != text:
+            self._shown_texts[widget.id or ""] = text
+            widget.update(Text(text), layout=layout)
+
+    def _boxes_with_live_counts(self) -> dict[str, Any]:
+        """The boxes, each with its pending approvals as the approval events have it (the daemon's count in
+        ``BoxInfo`` lags until the box is read again); the daemon's count stands when it has no approvals API."""
+        if not self.approvals.synced:
+            return self.state.boxes
+        return {box_id: box if box.approvals_pending == (live := self.approvals.pending_count(box_id))
+                else replace(box, approvals_pending=live) for box_id, box in self.state.boxes.items()}
 
     # -- selection, follow, filter, scope -------------------------------------------------------------------
 
@@ -306,6 +387,8 @@ class ConsoleApp(LifecycleMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, E
     def get_system_commands(self, screen: Screen[Any]) -> Iterable[SystemCommand]:
         yield from super().get_system_commands(screen)
         yield SystemCommand("box: New", "Create a box from a form", self.action_new_box)
+        yield SystemCommand("approvals: Inbox", "Every pending approval, across all boxes (i)",
+                            self.action_open_approvals)
         box = self.state.selected_box
         if box is not None and isinstance(screen, MainScreen):
             box_name = textual_markup_literal(safe_text(box.name))  # the palette reads help text as markup
@@ -344,6 +427,7 @@ def run_console(socket_path: Path | None = None) -> int:
     """Open the console on the daemon at ``socket_path`` (default socket when None); returns an exit code."""
     from ..client import DaemonClient
 
+    tune_garbage_collector()
     app = make_app(DaemonClient(socket_path))
     result = app.run()
     return result if isinstance(result, int) else (app.return_code or 0)

@@ -5,11 +5,14 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from typing import Any, Protocol
 
-from tkbox_daemon.wire import BoxInfo, Event, ExecInfo, ExecOutput
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, RememberedRule
 
 
 class ExecCallLike(Protocol):
-    """One running exec (``tkbox_tui.client.ExecCall``)."""
+    """One running exec (``tkbox_tui.client.ExecCall``).  ``messages`` gives the daemon's messages as they come:
+    output as ``(stream, bytes)``, the rest as JSON objects — ``decision``, then for an ``ask`` ``held``
+    (``approval_id``, ``expires_at``) and ``approved`` (``approval_id``, ``by``) or ``denied``; ``started``,
+    ``exit``, ``error``."""
 
     async def start(self, argv: list[str], *, cwd: str = ..., env: dict[str, str] | None = ...,
                     stdin: bytes | None = ..., stream_stdin: bool = ..., timeout: int | None = ...) -> None: ...
@@ -43,5 +46,14 @@ class ConsoleClient(Protocol):
     async def exec_output(self, ref: str, exec_id: int) -> ExecOutput: ...
 
     def exec(self, ref: str) -> ExecCallLike: ...
+
+    async def approvals(self, box: str | None = None, pending_only: bool = False) -> list[ApprovalInfo]: ...
+
+    async def approval(self, approval_id: str) -> ApprovalInfo: ...
+
+    async def answer_approval(self, approval_id: str, answer: str, *, reason: str = "",
+                              remember: bool = False) -> ApprovalInfo: ...
+
+    async def forget_rule(self, box_ref: str, rule_id: str) -> RememberedRule: ...
 
     async def close(self) -> None: ...

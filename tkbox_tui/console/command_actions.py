@@ -104,6 +104,10 @@ class CommandActionsMixin:
         if self._select_named(argument):
             app.action_remove_box()
 
+    def _command_approvals(self, _argument: str) -> None:
+        app: Any = self
+        app.action_open_approvals()
+
     def _command_open(self, argument: str) -> None:
         app: Any = self
         if self._select_named(argument):

@@ -2,7 +2,7 @@
 the ``:`` line's hint and docs/keys.md show — all without touching the UI.
 
 Every action of the console has a command: ``:new``, ``:exec CMD``, ``:shell``, ``:stop``, ``:rm``,
-``:theme NAME``, ``:filter RE``, ``:box NAME``, ``:q`` and the rest below.  ``:stop``, ``:rm``, ``:shell``
+``:approvals``, ``:theme NAME``, ``:filter RE``, ``:box NAME``, ``:q`` and the rest below.  ``:stop``, ``:rm``, ``:shell``
 act on the selected box, or on ``NAME`` when one is given; ``:exec CMD`` runs in the selected box as the exec
 panel runs it (argv, no shell; ``!CMD`` through ``sh -c``).
 """
@@ -41,6 +41,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("stop", "Stop the box (asks first)", "NAME", completes="box"),
     CommandSpec("rm", "Remove the box (asks first)", "NAME", completes="box", aliases=("remove",)),
     CommandSpec("open", "The box's page: its execs and their output", "NAME", completes="box"),
+    CommandSpec("approvals", "The approvals inbox: every pending approval, across all boxes", aliases=("inbox",)),
     CommandSpec("theme", "Switch theme", "NAME", True, completes="theme"),
     CommandSpec("filter", "Filter the events (empty clears)", "RE"),
     CommandSpec("box", "Select a box", "NAME", True, completes="box"),
@@ -50,7 +51,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("quit", "Quit (boxes keep running)", aliases=("q", "exit")),
 )
 BY_WORD = {word: spec for spec in COMMANDS for word in (spec.name, *spec.aliases)}
-PLACEHOLDER = "new | exec CMD | shell | stop | rm | open | theme NAME | filter RE | box NAME | q   (Tab completes)"
+PLACEHOLDER = ("new | exec CMD | shell | stop | rm | open | approvals | theme NAME | filter RE | box NAME | q   "
+               "(Tab completes)")
 
 
 class CommandError(ValueError):

@@ -1,5 +1,5 @@
 """Pieces of the daemon event stream handling that need no Textual: reconnect backoff, the event inbox, and the
-box list each (re)connection starts from.
+box list and approvals list each (re)connection starts from.
 
 The App's one ``daemon-events`` worker puts events in an ``EventInbox``; the App drains it in one go per
 message, so a burst of thousands of events costs one message and one render, not thousands.
@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from tkbox_daemon.wire import BoxInfo, Event
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event
 
+from ..client import DaemonError
 from .client_protocol import ConsoleClient
 
 # The worker yields to the UI after this many events in a row, so keys are handled during a burst.
@@ -75,3 +76,15 @@ async def fetch_box_list(client: ConsoleClient) -> tuple[list[BoxInfo], int | No
     last_seq = health.get("last_seq") if isinstance(health, dict) else None
     boxes = await client.boxes()
     return boxes, last_seq if type(last_seq) is int and last_seq >= 0 else None
+
+
+async def fetch_approvals(client: ConsoleClient) -> list[ApprovalInfo] | None:
+    """The daemon's approvals (every pending one and those answered lately), asked right after the box list, so the
+    same last sequence number covers both; None from a daemon without the approvals API (its routes answer 404),
+    whose boxes' own counts then stand.  Any other failure is the stream's: the worker reconnects."""
+    try:
+        return await client.approvals()
+    except DaemonError as exc:
+        if exc.status == 404 and exc.code != "not_found":
+            return None
+        raise

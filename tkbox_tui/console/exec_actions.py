@@ -18,6 +18,18 @@ from .messages import ExecEnded, ExecOutputReceived
 from .widgets import BoxTable, ExecPanel
 
 
+def approval_line(item: dict[str, Any], decision: dict[str, Any]) -> str:
+    """The exec panel's line for a ``held`` message (the command waits for a person: the prompt pops up) or an
+    ``approved`` one (its output follows), escaped; the rule and reason come from the ``ask`` decision before it."""
+    approval_id = safe_text(item.get("approval_id", "?"))
+    if item.get("type") == "approved":
+        return f"[approved {approval_id} by {safe_text(item.get('by') or '?')}]\n"
+    rules = decision.get("rule_ids")
+    rule_text = ", ".join(safe_text(rule) for rule in rules) if isinstance(rules, list) and rules else "a rule"
+    reason = safe_text(decision.get("reason") or "no reason given")
+    return f"[held for approval {approval_id} ({rule_text}, {reason}) — a to approve]\n"
+
+
 class ExecActionsMixin:
     """Mixed into ``ConsoleApp`` (which provides ``client``, ``main_screen``, ``_selected_or_warn`` and the App's
     ``notify``/``post_message``/``call_from_thread``).
@@ -57,6 +69,7 @@ class ExecActionsMixin:
         self._exec_call = call
         ended = ExecEnded("the exec ended without an exit status", box_id=box_id)
         decoders = {"stdout": SafeStreamDecoder(), "stderr": SafeStreamDecoder()}
+        decision: dict[str, Any] = {}
         try:
             await call.start(argv)
             async for item in call.messages():
@@ -65,9 +78,12 @@ class ExecActionsMixin:
                     stream = "stderr" if stream_no == 2 else "stdout"
                     app.post_message(ExecOutputReceived(decoders[stream].feed(data), stream, box_id))
                 elif item.get("type") == "decision":
+                    decision = dict(item)
                     app.post_message(ExecOutputReceived(
                         f"[decision: {safe_text(item.get('verdict', '?'))} {safe_text(item.get('reason', ''))}]\n"
                         .replace(" ]", "]"), "status", box_id))
+                elif item.get("type") in ("held", "approved"):
+                    app.post_message(ExecOutputReceived(approval_line(item, decision), "status", box_id))
                 elif item.get("type") == "denied":
                     ended = ExecEnded(f"denied: {safe_text(item.get('reason', 'no reason given'))}", 126, dict(item),
                                       box_id=box_id)
@@ -119,16 +135,17 @@ class ExecActionsMixin:
 
     def _run_shell(self, command: list[str], box_id: str) -> None:
         app: Any = self
-        seen = app.state.last_seq
+        seen, known = app.state.last_seq, set(app.approvals.approvals)
         code = shell.run_suspended(app, command)
         if code == shell.EXIT_REFUSED:  # say why in words: the terminal that showed it is gone
-            self._explain_shell_refusal(box_id, seen)
+            self._explain_shell_refusal(box_id, seen, known)
         else:
             app.notify(shell.describe_exit(code), severity="warning" if code is None else "information")
 
     @work(group="shell-refusal", exit_on_error=False, description="why the shell was refused")
-    async def _explain_shell_refusal(self, box_id: str, seen: int) -> None:
+    async def _explain_shell_refusal(self, box_id: str, seen: int, known: set[str]) -> None:
         app: Any = self
-        denial = await shell.wait_for_refusal(lambda: app.state.events, box_id, seen)
-        app.notify(shell.describe_refusal(denial), title="shell refused", severity="warning", timeout=20,
+        why = await shell.wait_for(lambda: shell.find_shell_approval(app.approvals.ordered, box_id, known)
+                                   or shell.find_refusal(app.state.events, box_id, seen))
+        app.notify(shell.describe_refusal(why), title="shell refused", severity="warning", timeout=20,
                    markup=False)

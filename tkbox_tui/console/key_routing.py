@@ -59,6 +59,7 @@ class KeyRoutingMixin:
         focused = app.focused
         if target is not None and focused is not None and focused is not target:
             again = events.Key(event.key, event.character)
+            again.time = event.time  # when it was typed: the approval prompt ignores keys typed before it showed
             again.set_sender(app)
             self._sent_keys().append((again, focused))
             event.prevent_default()  # the App's own _on_key would check this key's bindings against the new focus

@@ -49,12 +49,16 @@ SCOPES = {
     "help": "Help screen",
     "box_page": "Box page (its execs and their output; Enter on a box)",
     "event_page": "Event page (every field of one event; Enter in the event log)",
+    "inbox": "Approvals inbox (i, or :approvals)",
+    "prompt": "Approval prompt (pops up when an approval arrives)",
+    "reject": "Reject with a reason (x on the prompt or in the inbox)",
 }
 
 CATALOGUE: tuple[KeySpec, ...] = (
     KeySpec("app", "app.quit", "q", "quit", "Quit (boxes keep running)"),
     KeySpec("app", "app.help", "question_mark", "help", "Help: keys of this screen"),
     KeySpec("app", "app.command", "colon", "command_mode", "Command mode: every action (:exec CMD, :stop, :q…)"),
+    KeySpec("app", "app.approvals", "i", "open_approvals", "Approvals inbox: every pending approval", show=False),
     KeySpec("main", "box.new", "n", "new_box", "New box"),
     KeySpec("main", "box.exec", "e", "exec_box", "Exec in box"),
     KeySpec("main", "box.shell", "s", "open_shell", "Shell in box"),
@@ -84,8 +88,23 @@ CATALOGUE: tuple[KeySpec, ...] = (
     KeySpec("box_page", "box_page.back", "escape", "back", "Back: output → execs → boxes"),
     KeySpec("box_page", "box_page.copy", "y", "copy", "Copy exec (escaped)"),
     KeySpec("box_page", "box_page.refresh", "r", "refresh", "Refresh"),
+    KeySpec("box_page", "box_page.forget", "d", "forget_rule", "Forget the selected remembered rule…"),
     KeySpec("event_page", "event_page.back", "escape", "back", "Back"),
     KeySpec("event_page", "event_page.copy", "y", "copy", "Copy event (escaped)"),
+    KeySpec("inbox", "inbox.approve", "a", "approve", "Approve the selected approval"),
+    KeySpec("inbox", "inbox.reject", "x", "reject", "Reject the selected approval (optional reason)…"),
+    KeySpec("inbox", "inbox.remember", "r", "approve_remember",
+            "Approve and remember: also approve the same rule for the same program in this box from now on"),
+    KeySpec("inbox", "inbox.approve_all", "A", "approve_all", "Approve every pending approval (asks first)…"),
+    KeySpec("inbox", "inbox.back", "escape", "back", "Back"),
+    KeySpec("inbox", "inbox.down", "j", "cursor_down", "Down", show=False),
+    KeySpec("inbox", "inbox.up", "k", "cursor_up", "Up", show=False),
+    KeySpec("prompt", "prompt.approve", "a", "approve", "Approve"),
+    KeySpec("prompt", "prompt.reject", "x", "reject", "Reject (optional reason)…"),
+    KeySpec("prompt", "prompt.remember", "r", "approve_remember", "Approve and remember for this box"),
+    KeySpec("prompt", "prompt.approve_all", "A", "approve_all", "Approve every pending approval (asks first)…"),
+    KeySpec("prompt", "prompt.later", "escape", "later", "Later: close; what it shows stays pending, in the inbox and the count"),
+    KeySpec("reject", "reject.cancel", "escape", "cancel", "Cancel: nothing is sent (Enter sends the rejection)"),
 )
 BINDING_IDS = frozenset(spec.id for spec in CATALOGUE)
 
@@ -94,7 +113,11 @@ FOOTER_HINTS = {
     "box.new": "New", "box.open": "Open", "box.exec": "Exec", "box.shell": "Shell", "box.stop": "Stop…",
     "box.remove": "Remove…", "log.filter": "Filter", "log.follow": "Follow", "log.scope": "All / this box",
     "log.open": "Open", "log.next_match": "Next match", "log.previous_match": "Previous match",
-    "exec.interrupt": "Interrupt", "exec.close": "Close",
+    "exec.interrupt": "Interrupt", "exec.close": "Close", "box_page.back": "Back", "box_page.copy": "Copy",
+    "box_page.refresh": "Refresh", "box_page.forget": "Forget rule…", "event_page.back": "Back",
+    "event_page.copy": "Copy",
+    "inbox.approve": "Approve", "inbox.reject": "Reject…", "inbox.remember": "Remember",
+    "inbox.approve_all": "Approve all…", "inbox.back": "Back",
 }
 """The footer's word for a binding, by id (the description stays for ``?`` and docs/keys.md): a row of full
 descriptions is wider than 200 columns, and the footer cut off its last keys, ``?`` and ``:`` among them."""
@@ -195,7 +218,12 @@ def keys_markdown() -> str:
              "focus owns the keys: while the exec panel has it, the main screen's keys and `q`, `?`, `:` do nothing "
              "(`Tab`, `Shift+Tab`, `j`/`k` still move and scroll); `Esc` leaves it.", "",
              "The footer hints `?`, `:` and `q` first, then the focused pane's keys, each with a short word; "
-             "`?` lists every key with its full description.", ""]
+             "`?` lists every key with its full description.  Before them, at its left where it is never cut, "
+             "the footer shows how many approvals are pending (`i approvals 0`, `i ▲ 2 approvals pending`).", "",
+             "Approvals: `i` (or `:approvals`) opens the inbox from every screen.  The prompt pops up when an "
+             "approval arrives and takes `a` (one key approves), `r`, `x`, `A` and `Esc`; it waits while a text "
+             "input is being typed in, and ignores keys pressed in its first half second; see "
+             "[console.md](console.md#approvals-the-prompt-and-the-inbox).", ""]
     for scope, title in SCOPES.items():
         lines += [f"## {title}", "", "| Key | Id | Does |", "|---|---|---|"]
         lines += [f"| {_display_key(spec.key)} | `{spec.id}` | {spec.description} |"

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import rich.repr
 from textual.message import Message
 
-from tkbox_daemon.wire import BoxInfo
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo
 
 
 @rich.repr.auto
@@ -83,3 +83,48 @@ class ThemesReloaded(Message):
 
     names: list[str]
     broken: list[str]
+
+
+@dataclass
+class ApprovalsLoaded(Message):
+    """The daemon's list of approvals arrived (at start and after every reconnect, right after ``BoxesLoaded``);
+    ``approvals`` is None when the daemon has no approvals API (an older daemon)."""
+
+    approvals: list[ApprovalInfo] | None
+    listed_through: int | None = None
+
+
+@dataclass
+class ApprovalAnswered(Message):
+    """The daemon took an answer this console sent; ``approval`` is the answered approval as the daemon returned it.
+    ``quiet``: one of an "approve all", which says how it went in one notification."""
+
+    approval: ApprovalInfo
+    quiet: bool = False
+
+
+@dataclass
+class ApprovalAnswerFailed(Message):
+    """The daemon refused an answer this console sent (already answered, expired, record refused, …)."""
+
+    approval_id: str
+    answer: str
+    code: str
+    message: str
+    quiet: bool = False
+
+
+@dataclass
+class ApprovalRefreshed(Message):
+    """One approval as the daemon describes it now (read after an answer was refused as already answered)."""
+
+    approval: ApprovalInfo
+
+
+@dataclass
+class ApprovalsBulkAnswered(Message):
+    """An "approve all" is done: how many the daemon took, and why each of the others was refused."""
+
+    approved: int
+    refused: list[str]
+

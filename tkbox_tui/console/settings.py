@@ -5,7 +5,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .approvals_state import KEEP_SETTLED
 from .keymap import config_dir
+from .prompt_gate import ARM_DELAY, TYPING_PAUSE
 from .saved_settings import SAVED_SETTINGS_NAME
 from .state import DEFAULT_EVENT_RING
 from .themes import SHIPPED_THEMES_DIR
@@ -34,7 +36,16 @@ class ConsoleSettings:
     """Reload user themes when their files change."""
     cursor_blink: bool = True
     tick_interval: float = 1.0
-    """Seconds between refreshes of ages and times left (0 turns it off, for snapshots)."""
+    """Seconds between refreshes of ages, times left and the approvals' countdowns (0 turns it off, for
+    snapshots)."""
+    approvals_kept_for: float = KEEP_SETTLED
+    """Seconds an answered, expired, withdrawn or lost approval stays in the inbox, marked."""
+    prompt_typing_pause: float = TYPING_PAUSE
+    """Seconds without typing in a focused text input before the approval prompt may open (``prompt_gate``)."""
+    prompt_arm_delay: float = ARM_DELAY
+    """Seconds after the prompt shows an approval before its keys answer it (``prompt_gate``)."""
+    prompt_recheck_interval: float = 0.1
+    """Seconds between looks, while the prompt waits for the operator to stop typing."""
 
     @property
     def config_file(self) -> Path:

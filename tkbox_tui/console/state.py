@@ -180,10 +180,13 @@ class ConsoleState:
             box = BoxInfo(id=event.box_id, name=str(event.data.get("name", event.box_id)), state="creating",
                           image=str(event.data.get("image", "")), workspace=str(event.data.get("workspace", "")),
                           created_at=event.time, expires_at="", run_id=None, recorded=False)
-        changes: dict[str, object] = {"last_event": event.kind}
-        if event.kind in STATE_BY_KIND:
+        changes: dict[str, object] = {}
+        if box.last_event != event.kind:
+            changes["last_event"] = event.kind
+        if event.kind in STATE_BY_KIND and box.state != STATE_BY_KIND[event.kind]:
             changes["state"] = STATE_BY_KIND[event.kind]
-        self.boxes[event.box_id] = replace(box, **changes)
+        if changes or event.box_id not in self.boxes:  # a copy only for a change: most events change nothing here
+            self.boxes[event.box_id] = replace(box, **changes)
 
     # -- boxes ------------------------------------------------------------------------------------------
 

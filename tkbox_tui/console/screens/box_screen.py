@@ -1,5 +1,9 @@
-"""``BoxScreen``: one box's page — its execs (command, decision, end and whose word it is, duration, start, output
-sizes) and the selected exec's details and kept output.  Enter on a box opens it; Esc goes back one level.
+"""``BoxScreen``: one box's page — its remembered approval rules, its execs (command, decision, end and whose word
+it is, duration, start, output sizes) and the selected exec's details and kept output.  Enter on a box opens it;
+Esc goes back one level.
+
+A remembered rule ("approve and remember" on the prompt or in the inbox) approves later identical asks in this box
+without a person; ``d`` forgets the selected one (asks first), and those asks go to a person again.
 
 The daemon keeps the last 256 KiB of each stream of each exec within a per-box budget (``exec_history.py`` in the
 daemon); the page reads them in workers that die with the page.  While an exec runs, the page reads again every
@@ -17,12 +21,13 @@ from textual import on, work
 from textual.app import ComposeResult
 from textual.screen import Screen
 from textual.timer import Timer
-from textual.widgets import DataTable, Footer, Label, Log, Static
+from textual.widgets import DataTable, Label, Log, Static
 
-from tkbox_daemon.wire import BoxInfo, ExecInfo, ExecOutput
+from tkbox_daemon.wire import BoxInfo, ExecInfo, ExecOutput, RememberedRule
 
 from ...client import DaemonError
 from ...terminal_text import safe_text
+from ..approval_text import REMEMBERED_COLUMNS, remembered_cells, remembered_rules
 from ..keymap import bindings_for
 from ..page_text import (
     EXEC_COLUMNS,
@@ -32,7 +37,9 @@ from ..page_text import (
     format_bytes,
     output_lines,
 )
+from ..widgets.console_footer import ConsoleFooter
 from .clipboard import copy_escaped
+from .confirm_modal import ConfirmModal
 
 REFRESH_WHILE_RUNNING = 1.0
 """Seconds between reads of the execs while one of them runs."""
@@ -47,6 +54,10 @@ class BoxScreen(Screen[None]):
     BINDINGS = bindings_for("box_page")
     DEFAULT_CSS = """
     BoxScreen #box-page-title { height: 1; padding: 0 1; background: $primary 20%; text-style: bold; }
+    BoxScreen #remembered-title { height: 1; padding: 0 1; color: $text-muted; text-style: bold; }
+    BoxScreen #remembered-table { height: auto; max-height: 6; border: round $panel; }
+    BoxScreen #remembered-table:focus { border: round $primary; }
+    BoxScreen .-no-rules { display: none; }
     BoxScreen #exec-table { height: 2fr; border: round $panel; }
     BoxScreen #exec-table:focus { border: round $primary; }
     BoxScreen #exec-detail { height: auto; max-height: 12; padding: 0 1; border: round $panel; }
@@ -68,14 +79,20 @@ class BoxScreen(Screen[None]):
         self._refresh_timer: Timer | None = None
         self.loads = 0
         """How many times the execs were read (tests wait on it)."""
+        self.kept_bytes: int | None = None
+        """The output the daemon keeps of the execs listed (None until they are read)."""
+        self.rules: list[RememberedRule] = []
+        """The box's remembered rules as shown."""
 
     def compose(self) -> ComposeResult:
         yield Label(self._title(), id="box-page-title")
+        yield Label("Remembered approvals (d forgets the selected one)", id="remembered-title", classes="-no-rules")
+        yield DataTable(id="remembered-table", cursor_type="row", zebra_stripes=False, classes="-no-rules")
         table: DataTable[Any] = DataTable(id="exec-table", cursor_type="row", zebra_stripes=False)
         yield table
         yield Static(Text("reading the box's execs…"), id="exec-detail")
         yield Log(id="exec-page-output", max_lines=OUTPUT_LINES, auto_scroll=False)
-        yield Footer()
+        yield ConsoleFooter()
 
     def _title(self, kept: int | None = None) -> Text:
         box = self.box
@@ -89,7 +106,10 @@ class BoxScreen(Screen[None]):
         table = self.query_one("#exec-table", DataTable)
         for column in EXEC_COLUMNS:
             table.add_column(column, key=column)
+        for column in REMEMBERED_COLUMNS:
+            self.query_one("#remembered-table", DataTable).add_column(column, key=column)
         table.focus()
+        self.show_box(self.box)
         self.load_execs()
 
     # -- reading ----------------------------------------------------------------------------------------------
@@ -98,11 +118,26 @@ class BoxScreen(Screen[None]):
     async def load_execs(self) -> None:
         try:
             execs = await self.client.execs(self.box.id)
-            self.box = await self.client.box(self.box.id)  # its state now, for the title
+            box = await self.client.box(self.box.id)  # its state now, for the title; its remembered rules
         except DaemonError as exc:
             self.query_one("#exec-detail", Static).update(Text(f"could not read the execs: {safe_text(exc.message)}"))
             return
+        self.show_box(box)
         self.show_execs(execs)
+
+    def show_box(self, box: BoxInfo) -> None:
+        """The box as the daemon describes it now: the title, and its remembered rules (hidden when none)."""
+        self.box = box
+        rules = remembered_rules(box.remembered)
+        self.query_one("#box-page-title", Label).update(self._title(self.kept_bytes))
+        if [rule.id for rule in rules] != [rule.id for rule in self.rules]:
+            table = self.query_one("#remembered-table", DataTable)
+            table.clear()
+            for rule in rules:
+                table.add_row(*(Text(cell) for cell in remembered_cells(rule)), key=rule.id)
+        self.rules = rules
+        for widget_id in ("#remembered-title", "#remembered-table"):
+            self.query_one(widget_id).set_class(not rules, "-no-rules")
 
     def show_execs(self, execs: list[ExecInfo]) -> None:
         """Bring the table in line with ``execs`` (oldest first), touching only cells that changed."""
@@ -124,8 +159,8 @@ class BoxScreen(Screen[None]):
                     if old != new:
                         table.update_cell(str(info.id), column, Text(new), update_width=True)
             self._shown_cells[info.id] = cells
-        kept = sum(info.stdout.kept + info.stderr.kept for info in execs)
-        self.query_one("#box-page-title", Label).update(self._title(kept))
+        self.kept_bytes = sum(info.stdout.kept + info.stderr.kept for info in execs)
+        self.query_one("#box-page-title", Label).update(self._title(self.kept_bytes))
         if not execs:
             self.query_one("#exec-detail", Static).update(
                 Text("No command has run in this box yet: e on the main screen runs one."))
@@ -203,6 +238,31 @@ class BoxScreen(Screen[None]):
             self.query_one("#exec-table", DataTable).focus()
         else:
             self.dismiss(None)
+
+    def action_forget_rule(self) -> None:
+        """``d``: forget the remembered rule under the cursor of the rules table (asks first)."""
+        if not self.rules:
+            self.notify("this box has no remembered rule: \"approve and remember\" (r) on the prompt or in the inbox "
+                        "makes one", severity="warning", markup=False)
+            return
+        row = self.query_one("#remembered-table", DataTable).cursor_row
+        rule = self.rules[min(max(row, 0), len(self.rules) - 1)]
+        question = (f"Forget remembered rule {safe_text(rule.id)} ({safe_text(rule.rule_id)} for "
+                    f"{safe_text(rule.program)})? Later asks of it in {safe_text(self.box.name)} go to a person again.")
+        self.app.push_screen(ConfirmModal(question, "Forget"), lambda yes: self._forget(rule.id) if yes else None)
+
+    @work(group="box-page-forget", exit_on_error=False, description="forget a remembered rule")
+    async def _forget(self, rule_id: str) -> None:
+        try:
+            removed = await self.client.forget_rule(self.box.id, rule_id)
+            box = await self.client.box(self.box.id)
+        except DaemonError as exc:
+            self.notify(f"could not forget {safe_text(rule_id)}: {safe_text(exc.message)}", severity="error",
+                        timeout=10, markup=False)
+            return
+        self.notify(f"forgot {safe_text(removed.id)}: {safe_text(removed.rule_id)} for {safe_text(removed.program)} "
+                    "asks a person again", markup=False)
+        self.show_box(box)
 
     def action_refresh(self) -> None:
         self.load_execs()

@@ -11,13 +11,14 @@ from rich.text import Text
 from textual.app import ComposeResult
 from textual.containers import VerticalScroll
 from textual.screen import Screen
-from textual.widgets import Footer, Label, Static
+from textual.widgets import Label, Static
 
 from tkbox_daemon.wire import Event
 
 from ...terminal_text import safe_text
 from ..keymap import bindings_for
 from ..page_text import event_copy_text, event_fields
+from ..widgets.console_footer import ConsoleFooter
 from .clipboard import copy_escaped
 
 
@@ -48,7 +49,7 @@ class EventScreen(Screen[None]):
             table.add_row(Text(label), Text(value))
         with VerticalScroll(id="event-page-fields"):
             yield Static(table, id="event-fields")
-        yield Footer()
+        yield ConsoleFooter()
 
     def on_mount(self) -> None:
         self.query_one(VerticalScroll).focus()

@@ -5,6 +5,13 @@ description, on one row: with the console's descriptions that row is wider than 
 came last and were cut off — ``?`` and ``:``, the ways to every other key, were never hinted.  This footer puts
 ``keymap.FOOTER_FIRST`` first and shows ``keymap.FOOTER_HINTS`` words; ``?`` still lists every description.
 Whatever does not fit on a narrow terminal is cut from the end (the command palette hint stays at the right).
+Before every key comes the pending approvals count (``ApprovalsBadge``): at the left, it is never cut.
+
+Textual composes the footer again at every change of the keys (each move of the focus, each screen change) and
+binds each new key to the footer's ``compact`` reactive; it drops the bindings of removed keys only when
+``compact`` changes, which here it never does, so every key ever drawn was kept, with all it had drawn (about 450
+objects per recompose: the console's garbage collections grew to hundreds of milliseconds, ``bench/console.py``).
+``recompose`` therefore has the reactive checked once more, which drops them.
 """
 
 from __future__ import annotations
@@ -14,12 +21,14 @@ from textual.widget import Widget
 from textual.widgets import Footer
 
 from ..keymap import FOOTER_FIRST, FOOTER_HINTS
+from .approvals_badge import ApprovalsBadge
 
 
 class ConsoleFooter(Footer):
-    """The footer of the main screen."""
+    """The footer of every full screen of the console (the main screen, the inbox, the box and event pages)."""
 
     def compose(self) -> ComposeResult:
+        yield ApprovalsBadge()
         widgets: list[Widget] = list(super().compose())  # FooterKeys: each has the ``action`` of its binding
         binding_id = {binding.action: binding.id for _, binding, _, _ in self.screen.active_bindings.values()
                       if binding.id}
@@ -37,3 +46,7 @@ class ConsoleFooter(Footer):
             return FOOTER_FIRST.index(id_of(widget)) if id_of(widget) in FOOTER_FIRST else len(FOOTER_FIRST)
 
         yield from sorted(widgets, key=rank)  # a stable sort: the other keys keep Textual's order
+
+    async def recompose(self) -> None:
+        await super().recompose()
+        self.mutate_reactive(Footer.compact)  # drops the bindings of the keys just removed (see above)
