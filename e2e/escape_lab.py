@@ -39,6 +39,7 @@ PROBE = "/workspace/escape_probe.py"
 PROBE_SOURCES = tuple(Path(__file__).resolve().with_name(name) for name in ("escape_probe.py",
                                                                           "escape_probe_calls.py"))
 BOUND_S = 60  # no single command, wait or read of the suite may take longer
+APPROVAL_WAIT_S = 2  # a held ask (sudo, su) that nobody here answers is refused after this, not after 120 s
 ROLES = ("main", "peer", "guest", "limits", "fill")
 BOX_OPTIONS: dict[str, tuple[str, ...]] = {
     "limits": ("--memory", f"{LIMITS['memory'] >> 20}M", "--pids", str(LIMITS["pids"])),
@@ -140,7 +141,8 @@ class EscapeRig:
         self._listener.bind("\0" + self.host_abstract)
         self._listener.listen()
         log = self.root / "daemon.log"
-        self._daemon = subprocess.Popen([TKBOX, "daemon", "--backend", self.backend], env=self.env,
+        self._daemon = subprocess.Popen([TKBOX, "daemon", "--backend", self.backend,
+                                         "--approval-wait", str(APPROVAL_WAIT_S)], env=self.env,
                                         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, cwd=self.root)
         wait_for_daemon(self._daemon, log)
         self.make_boxes()

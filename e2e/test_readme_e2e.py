@@ -45,7 +45,7 @@ def test_the_readme_hand_run_example_runs_as_written(tmp_path):
     assert "Traceback" not in ran.stderr
     patch = (checkout / "job.patch").read_text()
     assert "+++ b/hello.txt" in patch and "+hello" in patch
-    begin = ran.stdout.index('{\n  "argv"')  # the one JSON object: tkbox exec --json
+    begin = ran.stdout.index('\n{\n') + 1  # the one JSON object: tkbox exec --json
     result = json.loads(ran.stdout[begin: ran.stdout.index("\n}\n", begin) + 2])
     assert result["exit_code"] == 0 and "tracked.txt" in result["stdout"]
     assert "daemon stopped; signer stopped" in ran.stdout

@@ -97,6 +97,8 @@ def value_text(value: object) -> str:
     ``["net.deny"]``, ``{"outcome": "reported"}``), spelled as ``tkbox events`` spells it."""
     if isinstance(value, str):
         return value
+    if type(value) is int:  # the commonest value after a string (exit codes, sizes): JSON writes it so
+        return str(value)
     try:
         return json.dumps(value, ensure_ascii=False)
     except (TypeError, ValueError):  # not from JSON (a test's or a caller's object): its str
@@ -108,7 +110,7 @@ def _pairs(data: dict[str, Any], each: int) -> str:
     lengthens text, so a cut at ``each`` >= the drawn limit is never seen in the drawn line)."""
 
     def head(value: object) -> str:
-        return safe_text(value_text(value)[:each])
+        return escaped(value_text(value)[:each])
 
     return " ".join(f"{head(key)}={head(value)}" for key, value in data.items())
 
@@ -122,10 +124,18 @@ def describe_data(data: dict[str, Any], limit: int = DRAWN_DATA_LIMIT) -> str:
     return clip(_pairs(data, limit), limit)
 
 
+def escaped(text: str) -> str:
+    """``safe_text(text)``, without its regular expression in the common case: printable ASCII with no backslash
+    has nothing to escape (every log line is made of several such pieces, thousands of lines a second)."""
+    if text.isascii() and text.isprintable() and "\\" not in text:
+        return text
+    return safe_text(text)
+
+
 def _field(text: str) -> str:
     """One word of a log line's head (time, box, kind): escaped, a space written ``\\x20`` and nothing as ``-``, so
     the head splits into its words exactly (``is_alert_line`` relies on it)."""
-    return safe_text(text).replace(" ", "\\x20") or "-"
+    return escaped(text).replace(" ", "\\x20") or "-"
 
 
 def _line(event: Event, box_name: str | None, data: str) -> str:

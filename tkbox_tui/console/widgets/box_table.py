@@ -69,15 +69,24 @@ class BoxTable(DataTable[object]):
                         self.update_cell(box_id, column, value, update_width=True)
             self._shown_cells[box_id] = cells
 
+    # Textual (8.2.8, pinned) sizes columns for added rows and updated cells when the table is next idle, but a row
+    # drawn in between stays in its render cache at the old width (the cache key does not change with a column's
+    # width): ``exec.finished`` stayed cut to ``exec.finish``, and after a reconnect ``stopped`` to ``stopp`` (the
+    # header's width), on a loaded machine. So each of its two width updates clears the caches when a width changed.
     def _update_column_widths(self, updated_cells: set[Any]) -> None:
-        """Textual (8.2.8, pinned) widens a column for an updated cell when the table is next idle, but a row drawn
-        in between stays in its render cache at the old width (the cache key does not change with a column's
-        width): ``exec.finished`` stayed cut to ``exec.finish`` on a loaded machine. So a width that changed
-        clears the caches."""
-        widths = {key: column.content_width for key, column in self.columns.items()}
+        widths = self._column_widths()
         super()._update_column_widths(updated_cells)
-        if any(column.content_width != widths.get(key) for key, column in self.columns.items()):
+        if self._column_widths() != widths:
             self._clear_caches()
+
+    def _update_dimensions(self, new_rows: Any) -> None:
+        widths = self._column_widths()
+        super()._update_dimensions(new_rows)
+        if self._column_widths() != widths:
+            self._clear_caches()
+
+    def _column_widths(self) -> dict[Any, int]:
+        return {key: column.content_width for key, column in self.columns.items()}
 
     def recolour(self, theme_variables: dict[str, str]) -> None:
         """Re-render the coloured cells (state, last event) after a theme change."""
