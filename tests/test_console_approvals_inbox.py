@@ -285,3 +285,12 @@ async def test_a_daemon_without_the_approvals_api_leaves_the_boxes_counts_standi
         await wait_until(pilot, lambda: table.box_ids == ["b1", "b2"])
         assert str(table.get_cell("b1", "approvals")) == "2" and app.approvals_pending == 2
         assert app.state.connected and not app.approvals.synced
+
+
+async def test_the_command_palette_offers_the_inbox(tmp_path):
+    fake, app = _app(tmp_path)
+    async with app.run_test(size=(120, 36)) as pilot:
+        await _started(app, pilot)
+        command = next(c for c in app.get_system_commands(app.screen) if c.title == "approvals: Inbox")
+        command.callback()
+        await wait_until(pilot, lambda: isinstance(app.screen, ApprovalsScreen))

@@ -291,8 +291,8 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
 
     def _show_text(self, widget: Static, text: str, layout: bool = True) -> None:
         """Show ``text`` in ``widget`` as ``Text`` (box names and regexes are no markup), only when it changed: an
-        update that may change a widget's size lays out the whole screen, which at every render cost the console
-        tens of milliseconds while events stream in."""
+        update that may change a widget's size lays out the whole screen, tens of milliseconds at every render
+        while events stream in."""
         if self._shown_texts.get(widget.id or "") != text:
             self._shown_texts[widget.id or ""] = text
             widget.update(Text(text), layout=layout)

@@ -42,7 +42,7 @@ ANNOUNCED_AT_MOST = 3
 """Approvals named in one arrival notification (the rest are counted)."""
 ANNOUNCE_SHOWN = 6.0
 """Seconds an arrival notification stays; while one is shown, later arrivals ring the bell and join the prompt's
-queue and the count, without another notification (a stack of them cost the screen time: ``bench/console.py``)."""
+queue and the count, without another notification (a stack of them slows every frame: ``bench/console.py``)."""
 
 
 class ApprovalActionsMixin:

@@ -58,15 +58,19 @@ class ApprovalPrompt(ModalScreen[None]):
         self.body: list[tuple[str, str]] = []
         """What the body shows: (label, escaped value)."""
         self._ready = False
-        """Whether its widgets exist (from ``on_mount`` on)."""
+        """Whether it has mounted (``show_queue`` draws from then on)."""
+        # Kept, not queried: the screen can mount before the container's children do.
+        self._title = Label("", id="prompt-title")
+        self._body = Static("", id="prompt-body")
+        self._keys = Static("", id="prompt-keys")
         self.mounted_at: float | None = None
         """When it mounted (``time.monotonic``): the App holds its own render back for a moment after."""
 
     def compose(self) -> ComposeResult:
         with Vertical():
-            yield Label("", id="prompt-title")
-            yield Static("", id="prompt-body")
-            yield Static("", id="prompt-keys")
+            yield self._title
+            yield self._body
+            yield self._keys
 
     def on_mount(self) -> None:
         self._ready = True
@@ -102,7 +106,7 @@ class ApprovalPrompt(ModalScreen[None]):
         if info is None or not self._ready:
             return
         which, of = self.position
-        self.query_one("#prompt-title", Label).update(Text(f"Approval needed — {which} of {of}"))
+        self._title.update(Text(f"Approval needed — {which} of {of}"))
         self.body = [(label, clip(value, ASKS_SHOWN) if label == "asks" else value)
                      for label, value in detail_lines(info, app.clock())]
         table = Table.grid(padding=(0, 1))
@@ -110,8 +114,8 @@ class ApprovalPrompt(ModalScreen[None]):
         table.add_column(overflow="fold")
         for label, value in self.body:
             table.add_row(label, Text(value))
-        self.query_one("#prompt-body", Static).update(table)
-        self.query_one("#prompt-keys", Static).update(Text(self.key_hints()))
+        self._body.update(table)
+        self._keys.update(Text(self.key_hints()))
 
     def key_hints(self) -> str:
         """``a approve   r approve & remember   x reject…   A approve all…   Esc later``, in the keys bound now."""

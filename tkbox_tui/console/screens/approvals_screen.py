@@ -53,12 +53,14 @@ class ApprovalsScreen(Screen[None]):
         self._cells: dict[str, tuple[str, ...]] = {}
         self._ready = False
         """Whether the table has its columns (from ``on_mount`` on)."""
+        self._detail = Static("", id="inbox-detail")
+        """Kept, not queried: the screen mounts before the scroll container's child does."""
 
     def compose(self) -> ComposeResult:
         yield Label("Approvals", id="inbox-title")
         yield DataTable(id="inbox-table", cursor_type="row", zebra_stripes=False)
         with VerticalScroll(id="inbox-detail-scroll", can_focus=False):
-            yield Static("", id="inbox-detail")
+            yield self._detail
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
@@ -142,7 +144,7 @@ class ApprovalsScreen(Screen[None]):
         table.add_column(overflow="fold")
         for label, value in self.detail:
             table.add_row(label, Text(value))
-        self.query_one("#inbox-detail", Static).update(table if self.detail else Text(""))
+        self._detail.update(table if self.detail else Text(""))
 
     @on(DataTable.RowHighlighted, "#inbox-table")
     def _highlighted(self, event: DataTable.RowHighlighted) -> None:

@@ -31,7 +31,7 @@ class BoxDetail(Static):
 
     def show_box(self, box: BoxInfo | None) -> None:
         """Show ``box`` (the App calls it at every render): only a change is drawn, since an update lays out the
-        whole screen, which at every render cost the console tens of milliseconds while events stream in."""
+        whole screen, tens of milliseconds at every render while events stream in."""
         lines = box_detail_lines(box) if box is not None else None
         if lines == self.shown:
             return

@@ -9,9 +9,9 @@ Before every key comes the pending approvals count (``ApprovalsBadge``): at the 
 
 Textual composes the footer again at every change of the keys (each move of the focus, each screen change) and
 binds each new key to the footer's ``compact`` reactive; it drops the bindings of removed keys only when
-``compact`` changes, which here it never does, so every key ever drawn was kept, with all it had drawn (about 450
-objects per recompose: the console's garbage collections grew to hundreds of milliseconds, ``bench/console.py``).
-``recompose`` therefore has the reactive checked once more, which drops them.
+``compact`` changes, which here it never does, so every key ever drawn would stay in memory with all it drew
+(about 450 objects per recompose, and the garbage collector's full passes, which pause the console, grow with
+them: ``bench/console.py``).  ``recompose`` therefore has the reactive checked once more, which drops them.
 """
 
 from __future__ import annotations
