@@ -9,6 +9,7 @@ import subprocess
 import pytest
 from textual.widgets import Input, Log
 
+from e2e.console_pilot import until
 from e2e.daemon_process import daemon_process, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tests.console_fakes import quiet_settings
@@ -20,23 +21,6 @@ from tkbox_tui.console.widgets import BoxTable, ExecPanel
 pytestmark = pytest.mark.e2e
 ASKED = ["git", "config", "--file", "/tmp/hooks.cfg", "core.hooksPath", ".hooks"]
 """An ``ask`` (TK-A006: a git setting that makes git run a program) that runs and exits 0 in any box."""
-
-
-async def until(pilot, condition, rounds: int = 20000) -> None:
-    """Let the app and its real I/O run until ``condition()`` holds (pauses, never sleeps)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause()
-    raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-def daemon():
-    tkbox("signer", "up")
-    with daemon_process() as running:
-        yield running
-    tkbox("signer", "down", check=False)
 
 
 def _console(daemon, tmp_path):

@@ -13,6 +13,7 @@ import uuid
 import pytest
 from textual.widgets import Input, Log
 
+from e2e.console_pilot import until
 from e2e.daemon_process import daemon_process, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tests.console_fakes import quiet_settings
@@ -25,23 +26,6 @@ from tkbox_tui.console.widgets import BoxTable, EventLog, ExecPanel
 
 pytestmark = pytest.mark.e2e
 TERMINAL_SAMPLE_SECONDS = 0.05  # a terminal's content can only be sampled: no event says it changed
-
-
-async def until(pilot, condition, rounds: int = 20000) -> None:
-    """Let the app and its real I/O run until ``condition()`` holds (pauses, never sleeps)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause()
-    raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-def daemon():
-    tkbox("signer", "up")
-    with daemon_process() as running:
-        yield running
-    tkbox("signer", "down", check=False)
 
 
 async def test_create_exec_stop_and_remove_from_the_console(daemon, tmp_path):

@@ -8,7 +8,8 @@ import subprocess
 import pytest
 from textual.widgets import DataTable, Input, Log
 
-from e2e.daemon_process import daemon_process, make_checkout
+from e2e.console_pilot import until
+from e2e.daemon_process import make_checkout
 from e2e.signer_process import tkbox
 from tests.console_fakes import quiet_settings
 from tkbox_daemon import limits
@@ -18,23 +19,6 @@ from tkbox_tui.console.screens import BoxScreen, EventScreen, MainScreen
 from tkbox_tui.console.widgets import BoxTable, EventLog, ExecPanel
 
 pytestmark = pytest.mark.e2e
-
-
-async def until(pilot, condition, rounds: int = 20000) -> None:
-    """Let the app and its real I/O run until ``condition()`` holds (pauses, never sleeps)."""
-    for _ in range(rounds):
-        if condition():
-            return
-        await pilot.pause()
-    raise AssertionError("condition not reached")
-
-
-@pytest.fixture
-def daemon():
-    tkbox("signer", "up")
-    with daemon_process() as running:
-        yield running
-    tkbox("signer", "down", check=False)
 
 
 async def test_the_box_page_shows_what_the_daemon_kept_escaped_and_cut_to_its_tail(daemon, tmp_path):
