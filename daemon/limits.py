@@ -100,6 +100,12 @@ MUST_KEEP_QUEUE = Limit("must_keep_queue", 4096, "observations", "must-keep obse
 PATCH_SIZE = Limit("patch_size", 256 * MIB, "bytes", "the workspace patch made from a box's layers", "fixed")
 PATCH_TIME = Limit("patch_time", 300, "seconds", "making the workspace patch from a box's layers on the host",
                    "fixed; past it the patch is not saved and the gap is recorded")
+CHECKOUT_FILE_BYTES = Limit("checkout_file_bytes", 64 * MIB, "bytes",
+                            "one checkout file tkbox apply reads to check its pre-image and to roll it back",
+                            "fixed; change a larger file yourself after reviewing the patch (tkbox diff)")
+CHECKOUT_READ_BYTES = Limit("checkout_read_bytes", 256 * MIB, "bytes",
+                            "checkout files one tkbox apply reads and holds for a rollback, all together",
+                            "fixed; apply the patch in parts (tkbox apply --only PATH)")
 EXEC_END_GRACE = Limit("exec_end_grace", 5, "seconds",
                        "past a command's time limit, the host's wait for the guest to report its end",
                        "fixed; then the host ends the whole box and records why")
@@ -117,6 +123,28 @@ CONTAINMENT_POLL_EARLY = Limit("containment_poll_early", 2, "seconds", "containm
                                "fixed")
 CONTAINMENT_POLL_LATER = Limit("containment_poll_later", 15, "seconds", "containment poll after the first minute",
                                "fixed")
+EXPORT_CLOSE_WAIT = Limit("export_close_wait", 10, "seconds",
+                          "tkbox export's wait for the decisions and records in flight in a box's run before it "
+                          "closes the run (past it, export refuses rather than close the run under them)",
+                          "fixed; export again once they are answered")
+APPLY_ONLY_PATHS = Limit("apply_only_paths", 10_000, "paths", "paths one apply's --only may name",
+                         "fixed; apply the patch in parts, or without --only")
+APPLY_FILES = Limit("apply_files", 20_000, "files", "files one apply decides and writes",
+                    "fixed; stop the box earlier, or split the work across boxes")
+PATCH_SECTIONS = Limit("patch_sections", 2 * WORKSPACE_FILES.default, "sections",
+                       "file sections (diff --git) in one patch the host reads",
+                       "fixed; a box's patch has at most one deletion and one addition per workspace file")
+PATCH_HUNKS = Limit("patch_hunks", 1_000_000, "hunks", "@@ hunks in one patch the host reads", "fixed")
+PATCH_HUNK_LINES = Limit("patch_hunk_lines", 16 * MIB, "lines", "lines one @@ hunk states (old side plus new side)",
+                         "fixed; a box writes files over 8 MiB as binary literals")
+PATCH_PATH_LENGTH = Limit("patch_path_length", 4096, "bytes", "one path or symlink target named in a patch",
+                          "fixed (Linux's PATH_MAX)")
+PATCH_LITERAL_SIZE = Limit("patch_literal_size", 256 * MIB, "bytes", "one binary literal of a patch, inflated",
+                           "fixed; move big files into the checkout another way")
+PATCH_LITERALS_TOTAL = Limit("patch_literals_total", 512 * MIB, "bytes",
+                             "all binary literals of one patch, inflated", "fixed; apply the patch in parts")
+PATCH_GIT_TIME = Limit("patch_git_time", 120, "seconds",
+                       "one run of git reading or applying a patch for the cross-check", "fixed")
 
 ALL_LIMITS: tuple[Limit, ...] = tuple(value for value in list(globals().values()) if isinstance(value, Limit))
 

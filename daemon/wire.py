@@ -29,9 +29,10 @@ EVENT_KINDS = frozenset(
         "daemon.started", "daemon.stopping", "daemon.unrecorded",
         "box.created", "box.started", "box.stopped", "box.removed", "box.failed", "box.held", "box.released",
         "exec.started", "exec.finished", "exec.denied", "exec.refused",
-        "signer.unavailable", "gap", "containment.changed", "patch.saved",
+        "signer.unavailable", "gap", "containment.changed", "patch.saved", "patch.applied",
         "guest.protocol_error", "box.lost", "daemon.registry",
         "approval.pending", "approval.answered", "approval.expired", "approval.rule_added", "approval.rule_removed",
+        "box.exported",
     }
 )
 
@@ -91,6 +92,7 @@ class BoxInfo:
     pid: int | None = None  # host pid of the box's init process, while it runs
     run_state: str = ""  # one of RUN_STATES for a recorded box, "" for an unrecorded one
     remembered: list[dict[str, Any]] = field(default_factory=list)  # RememberedRule.to_json() of each
+    exported: dict[str, Any] | None = None  # RunExport.to_json() of the box's last export, None before one
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -99,6 +101,38 @@ class BoxInfo:
     def from_json(cls, value: dict[str, Any]) -> BoxInfo:
         known = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in value.items() if k in known})
+
+
+@dataclass(frozen=True)
+class RunExport:
+    """A box's run as its last export gave it (``POST /v1/boxes/{box}/export``; ``BoxInfo.exported``; the event
+    ``box.exported``): the run, the bundle's SHA-256 (``sha256:<hex>``) and size, and when (RFC 3339 UTC). A run
+    exports once closed, so exporting it again gives the same bytes."""
+
+    run_id: str
+    sha256: str
+    size: int
+    exported_at: str
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, value: Any) -> RunExport:
+        if not isinstance(value, dict) or set(value) != {"run_id", "sha256", "size", "exported_at"}:
+            raise ValueError("a run export has exactly run_id, sha256, size and exported_at")
+        if not all(isinstance(value[key], str) for key in ("run_id", "sha256", "exported_at")):
+            raise ValueError("a run export's run_id, sha256 and exported_at are strings")
+        if type(value["size"]) is not int or value["size"] < 0:
+            raise ValueError("a run export's size is a non-negative integer")
+        if not value["sha256"].startswith("sha256:") or len(value["sha256"]) != 71:
+            raise ValueError("a run export's sha256 is sha256:<64 hex>")
+        return cls(value["run_id"], value["sha256"], value["size"], value["exported_at"])
+
+
+EXPORT_HEADERS = {"run_id": "X-Tkbox-Run-Id", "sha256": "X-Tkbox-Bundle-Sha256", "size": "X-Tkbox-Bundle-Size"}
+"""The headers of an export's answer (its body is the bundle's bytes, chunked): what the daemon announces before
+the bytes, as the signer announced it, so the client checks what it received."""
 
 
 EXEC_STATES = ("running", "finished", "denied", "failed", "lost")
@@ -221,8 +255,10 @@ class ExecOutput:
         return cls(ExecInfo.from_json(value["exec"]), *streams)
 
 
-APPROVAL_KINDS = ("exec",)
-"""What an approval holds: ``exec`` (a command the policy answered ``ask``); the network door adds ``host``."""
+APPROVAL_KINDS = ("exec", "write")
+"""What an approval holds: ``exec`` (a command the policy answered ``ask``: ``asked`` is ``{command, cwd, tty}``)
+or ``write`` (a file of a box's patch that ``tkbox apply`` would write: ``asked`` is ``{path, action}`` and
+``old_path`` for a rename or copy; ``program`` is ``Write``); the network door adds ``host``."""
 
 APPROVAL_STATES = ("pending", "approved", "rejected", "expired", "withdrawn", "lost")
 """``pending``: waiting for a person; ``approved``/``rejected``: a person answered (``answered_by``), or a

@@ -52,7 +52,9 @@ def _copy_rest(stream: object, log: Path) -> None:
 
 
 @contextmanager
-def daemon_process(*args: str, backend: str = "bwrap") -> Iterator[DaemonProcess]:
+def daemon_process(*args: str, backend: str = "bwrap", keep_layers: bool = False) -> Iterator[DaemonProcess]:
+    """A ``tkbox daemon`` for the block; its box layers and channels are removed after it unless ``keep_layers``
+    (a test that starts the next daemon on the same boxes)."""
     paths = DaemonPaths.from_env()
     log = paths.state_dir.parent / "daemon.log"
     log.parent.mkdir(parents=True, exist_ok=True)
@@ -64,7 +66,7 @@ def daemon_process(*args: str, backend: str = "bwrap") -> Iterator[DaemonProcess
         yield daemon
     finally:
         daemon.stop()
-        for directory in (paths.layers_root, paths.channels_root):
+        for directory in (paths.channels_root,) if keep_layers else (paths.layers_root, paths.channels_root):
             shutil.rmtree(directory, ignore_errors=True)
 
 

@@ -28,7 +28,7 @@ pytestmark = pytest.mark.e2e
 WAIT = 60  # seconds: the deadline on every wait
 HELD = re.compile(rb"tkbox: held for a person's approval: TK-A001 [^\n]* approve with: tkbox approve "
                   rb"(apr-[0-9a-f]{16}) \(expires at \d\d:\d\d:\d\d UTC\)\n")
-PROMPT = b"approve? [a] approve  [A] approve and remember  [x] reject  (or answer elsewhere)"
+PROMPT = b"approve? [a] approve  [r] approve and remember  [x] reject  (or answer elsewhere)"
 
 
 def _asks(status: int, marker: str = "") -> list[str]:

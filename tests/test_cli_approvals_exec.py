@@ -294,10 +294,11 @@ def test_tty_a_approves_in_place_and_the_command_runs(fake):
     assert approval.state == "approved" and not approval.remember and fake.remembered["b-web"] == []
 
 
-def test_tty_capital_a_approves_and_remembers(fake):
-    status, _ = _tty_exec(fake, b"A")
+def test_tty_r_approves_and_remembers_as_in_the_console(fake):
+    status, _ = _tty_exec(fake, b"Ar")  # `A` is the console's "approve all": here it is not an answer
     (approval,) = fake.approvals.values()
     assert status == 0 and approval.remember and fake.remembered["b-web"][0].approval_id == approval.id
+    assert len(fake.answers) == 1
 
 
 def test_tty_x_rejects_in_place_and_other_keys_are_not_answers(fake):

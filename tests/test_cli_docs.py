@@ -13,7 +13,7 @@ from tkbox_tui.cli.main import COMMANDS
 ROOT = Path(__file__).resolve().parents[1]
 TKBOX = str(Path(sys.executable).parent / "tkbox")
 SUBCOMMANDS = [["signer", name] for name in ("serve", "up", "down", "status", "trust", "export")] + [
-    ["policy", "check"], ["verify"], ["demo"], ["up"], ["down"], ["console"], ["daemon"], ["run"], ["exec"], ["ls"], ["stop"], ["rm"], ["diff"],
+    ["policy", "check"], ["patch", "check"], ["verify"], ["demo"], ["up"], ["down"], ["console"], ["daemon"], ["run"], ["exec"], ["ls"], ["stop"], ["rm"], ["diff"], ["export"],
     ["events"], ["approvals"], ["approve"], ["reject"], ["forget"]]
 
 

@@ -38,6 +38,8 @@ NEEDS_DAEMON: dict[str, list[str]] = {
     "rm": ["rm", "nope"], "diff": ["diff", "nope"], "events": ["events", "nope"], "console": ["console"],
     "approvals": ["approvals"], "approve": ["approve", "apr-0000000000000000"],
     "reject": ["reject", "apr-0000000000000000"], "forget": ["forget", "nope", "rem-000000000000"],
+    "export": ["export", "nope", "-o", f"/tmp/tkbox-cli-errors-{os.getpid()}.tkb"],  # a file that is not there
+    "apply": ["apply", "nope"],
 }
 NAMES_A_BOX = [argv for argv in NEEDS_DAEMON.values() if "nope" in argv]
 TAKES_NO_JSON = {"console"}  # interactive: nothing it prints is a result
@@ -162,7 +164,7 @@ async def test_version():
 async def test_every_box_that_does_not_exist_reads_the_same(tmp_path):
     async with running_daemon(tmp_path) as daemon:
         runs = await tkbox_all(_daemon_env(daemon), NAMES_A_BOX + [_with_json(argv) for argv in NAMES_A_BOX])
-    assert {ran.argv[0] for ran in runs} == {"exec", "stop", "rm", "diff", "events", "forget"}
+    assert {ran.argv[0] for ran in runs} == {"exec", "stop", "rm", "diff", "events", "forget", "export", "apply"}
     for ran in runs[: len(NAMES_A_BOX)]:
         assert ran.status == 2
         assert ran.one_line_on_stderr() == f"tkbox {ran.argv[0]}: box 'nope' not found; list the boxes with: tkbox ls"

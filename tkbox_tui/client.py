@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import hashlib
 import json
 from collections.abc import AsyncIterator, Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, TypeVar
 from urllib.parse import quote
@@ -20,14 +22,17 @@ import aiohttp
 
 from tkbox_daemon.wire import (
     API_VERSION,
+    EXPORT_HEADERS,
     ApprovalInfo,
     BoxInfo,
     Event,
     ExecInfo,
     ExecOutput,
     RememberedRule,
+    RunExport,
     daemon_runtime_dir,
 )
+from tkbox_daemon.wire_apply import ApplyReport
 
 T = TypeVar("T")
 STDIN_CHUNK = 64 * 1024
@@ -239,6 +244,77 @@ class DaemonClient:
         reply = await self._request("DELETE", remembered_path(box_ref, rule_id))
         return parsed_reply(lambda value: RememberedRule.from_json(value["removed"]), reply, "a removed rule")
 
+    async def apply_preview(self, ref: str, *, only: list[str] | None = None) -> ApplyReport:
+        """A dry run of ``tkbox apply``: per file its action, sizes, whether it is sensitive, whether the checkout
+        still holds its pre-image, and the policy's verdict; nothing is recorded or written."""
+        async for item in self.apply(ref, dry_run=True, only=only):
+            if isinstance(item, ApplyReport):
+                return item
+        raise _lost()
+
+    async def apply(self, ref: str, *, dry_run: bool = False, only: list[str] | None = None,
+                    allow_sensitive: bool = False) -> AsyncIterator[ApplyReport | tuple[str, ApprovalInfo]]:
+        """Apply the stopped box's patch to its checkout (docs/apply.md). Yields ``(path, approval)`` for each file
+        held for a person while it waits, then the ``ApplyReport``. Leaving the iteration early (or losing the
+        connection) withdraws what is still held and writes nothing."""
+        body: dict[str, Any] = {"dry_run": dry_run, "allow_sensitive": allow_sensitive}
+        if only is not None:
+            body["only"] = list(only)
+        try:
+            async with self._http().post(f"/{API_VERSION}{box_path(ref)}/apply", json=body,
+                                         timeout=aiohttp.ClientTimeout(total=None)) as response:
+                if response.status >= 400:
+                    raise _error_from(response.status, await response.read())
+                async for raw in response.content:
+                    item = _apply_line(raw)
+                    yield item
+                    if isinstance(item, ApplyReport):
+                        return
+        except aiohttp.ClientConnectorError as exc:
+            raise _unreachable(self.socket_path, exc) from None
+        except (TimeoutError, aiohttp.ClientError):
+            raise _lost() from None
+        raise _lost()
+
+    async def export_bundle(self, ref: str, sink: Callable[[bytes], None],
+                            progress: Callable[[int, int], None] | None = None) -> RunExport:
+        """Export a stopped box's run (the daemon closes it first if it is open): the bundle's bytes go to ``sink``
+        as they arrive, ``progress(received, total)`` after each chunk. Returns what was exported once every byte
+        arrived and their SHA-256 is the one the daemon announced; otherwise raises DaemonError ``export_broken``
+        (and what ``sink`` got is not the bundle: discard it)."""
+        try:
+            async with self._http().post(f"/{API_VERSION}{box_path(ref)}/export") as response:
+                if response.status >= 400:
+                    raise _error_from(response.status, await response.read())
+                announced = _announced_export(response.headers)
+                digest = hashlib.sha256()
+                received = 0
+                async for chunk in response.content.iter_any():
+                    received += len(chunk)
+                    if received > announced.size:
+                        raise _broken(f"the daemon sent more than the {announced.size} bytes it announced")
+                    digest.update(chunk)
+                    sink(chunk)
+                    if progress is not None:
+                        progress(received, announced.size)
+        except aiohttp.ClientConnectorError as exc:
+            raise _unreachable(self.socket_path, exc) from None
+        except aiohttp.ClientPayloadError:
+            raise _broken("the daemon broke the bundle off before its end (the signer's bytes did not match what "
+                          "it announced, or the signer went away)") from None
+        except (TimeoutError, aiohttp.ClientError):
+            raise _lost() from None
+        found = "sha256:" + digest.hexdigest()
+        if received != announced.size or found != announced.sha256:
+            raise _broken(f"the bundle received ({received} bytes, {found}) is not the one announced "
+                          f"({announced.size} bytes, {announced.sha256})")
+        return RunExport(announced.run_id, found, received, datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ"))
+
+    async def trust(self) -> dict[str, Any]:
+        """The trust document pinning the signer's keys (what ``tkbox verify --trust`` reads), through the daemon."""
+        reply = await self._request("GET", "/trust")
+        return parsed_reply(_trust_document, reply, "a trust document")
+
     def exec(self, ref: str) -> ExecCall:
         return ExecCall(self, ref)
 
@@ -339,6 +415,38 @@ class ExecCall:
     async def close(self) -> None:
         if self.ws is not None:
             await self.ws.close()
+
+
+def _apply_line(raw: bytes) -> ApplyReport | tuple[str, ApprovalInfo]:
+    """One line of an apply's answer: a held file, or the report."""
+    value = _json_reply(raw)
+    try:
+        if isinstance(value, dict) and value.get("type") == "held" and isinstance(value.get("path"), str):
+            return value["path"], ApprovalInfo.from_json(value.get("approval"))
+        if isinstance(value, dict) and value.get("type") == "report":
+            return ApplyReport.from_json(value.get("report"))
+    except ValueError as exc:
+        raise DaemonError("bad_reply", f"the daemon's apply answer is not understood: {exc}") from None
+    raise DaemonError("bad_reply", "the daemon's apply answer has a line that is neither held nor report")
+
+
+def _announced_export(headers: Any) -> RunExport:
+    """What the daemon announced of an export before its bytes (``EXPORT_HEADERS``), checked as it is parsed."""
+    size = headers.get(EXPORT_HEADERS["size"], "")
+    value = {"run_id": headers.get(EXPORT_HEADERS["run_id"]), "sha256": headers.get(EXPORT_HEADERS["sha256"]),
+             "size": int(size) if size.isascii() and size.isdigit() else -1, "exported_at": ""}
+    return parsed_reply(RunExport.from_json, value, "an export's announcement (run id, size, sha256)")
+
+
+def _trust_document(reply: Any) -> dict[str, Any]:
+    document = reply["trust"]
+    if not isinstance(document, dict):
+        raise TypeError("trust is not an object")
+    return document
+
+
+def _broken(message: str) -> DaemonError:
+    return DaemonError("export_broken", message, hint="nothing was kept; export again: tkbox export BOX -o FILE")
 
 
 def _json_reply(body: bytes) -> Any:

@@ -22,11 +22,13 @@ from ..signer_link import AsyncSignerClient
 from .errors import ApiError, json_errors
 from .keys import EVENTS, MANAGER
 from .peer import peer_check
+from .routes_apply import routes as apply_routes
 from .routes_approvals import routes as approval_routes
 from .routes_boxes import routes as box_routes
 from .routes_events import routes as event_routes
 from .routes_exec import routes as exec_routes
 from .routes_execs import routes as execs_routes
+from .routes_export import routes as export_routes
 
 
 @web.middleware
@@ -45,6 +47,8 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     app.add_routes(exec_routes)
     app.add_routes(execs_routes)
     app.add_routes(approval_routes)
+    app.add_routes(apply_routes)
+    app.add_routes(export_routes)
 
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()

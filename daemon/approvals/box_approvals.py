@@ -49,11 +49,12 @@ class BoxApprovals:
 
     # ---- asks ---------------------------------------------------------------------------------
     async def request(self, decision: Decision, *, asked: dict[str, Any], program: str,
-                      context: dict[str, Any]) -> Approval:
+                      context: dict[str, Any], kind: str = "exec") -> Approval:
         """An approval for an ``ask`` decision: answered at once when remembered rules cover it, else pending
-        (raises ``LimitReached`` past the box's limits)."""
+        (raises ``LimitReached`` past the box's limits). ``kind``: ``exec`` (a command; ``program`` its argv[0])
+        or ``write`` (a file of the box's patch; ``program`` is ``Write``)."""
         assert decision.decision_id is not None  # an ask is always the signer's, with its decision id
-        fields = {"kind": "exec", "asked": asked, "program": program, "decision_id": decision.decision_id,
+        fields = {"kind": kind, "asked": asked, "program": program, "decision_id": decision.decision_id,
                   "rule_ids": tuple(decision.rule_ids), "reason": decision.reason, "hint": decision.hint or "",
                   "context": context}
         rules = self.remembered.covering(program, decision.rule_ids)

@@ -2,8 +2,8 @@
 
 State changes go through ``set_state``, which emits the matching event; the transitions are:
 creating → running ⇄ held → stopping → stopped → removed, and failed from anywhere but removed.
-A stopped box keeps its run open (a later apply records into it); removal, quarantine,
-failure and daemon shutdown close it.
+A stopped box keeps its run open (a later apply records into it); export, removal,
+quarantine, failure and daemon shutdown close it.
 """
 
 from __future__ import annotations
@@ -33,6 +33,7 @@ from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
 from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
 from .registry import BoxRecord, RunNote
+from .run_export import load_run_export
 from .settings import BoxSettings
 
 if TYPE_CHECKING:
@@ -79,6 +80,7 @@ class Box:
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
         self.patches = BoxPatches(self.layers_dir, self.state_dir, settings)
+        self.run_export = load_run_export(self.state_dir)  # its run's last export (run_export.py), kept on disk
         self._exec_history: ExecHistory | None = None
         self.recorder: RunRecorder | None = None
         self.process: BoxProcess | None = None
@@ -90,6 +92,7 @@ class Box:
         self.backend_name = manager.backend.name
         self.earlier_run: RunNote | None = None  # the run of a box an earlier daemon made (its token is gone)
         self.removing = False  # a removal began (the registry says so, and a restart finishes it)
+        self.applying = False  # an apply of its patch is under way (boxes/apply.py): one at a time
         self.workspace_summary: dict[str, Any] = {}
         self._tasks: list[asyncio.Task[Any]] = []
         self._poll_now = asyncio.Event()
@@ -136,6 +139,7 @@ class Box:
             pid=self.process.pid if self.process is not None and self.state in ("running", "held") else None,
             approvals_pending=self.approvals.pending_count(),
             remembered=[rule.to_json() for rule in self.approvals.remembered.rules()],
+            exported=self.run_export.to_json() if self.run_export is not None else None,
         )
 
     def set_state(self, state: str, reason: str = "") -> None:
@@ -408,8 +412,10 @@ class Box:
                 self.save_record()
 
     async def remove(self) -> None:
-        await self.stop("removed", save_patch=self.state in ("running", "held"))
-        await self.close_run("box removed")
+        try:
+            await self.stop("removed", save_patch=self.state in ("running", "held"))
+        finally:  # a stop that failed still closes the run
+            await self.close_run("box removed")
         self.manager.events.detach_box(self.id)
         await asyncio.to_thread(shutil.rmtree, self.layers_dir, True)
         shutil.rmtree(self.runtime_dir, ignore_errors=True)

@@ -213,5 +213,7 @@ class BoxManager:
         self.registry.unlock()
 
     async def _shutdown_box(self, box: Box) -> None:
-        await box.stop("the daemon is shutting down")
-        await box.close_run("daemon shutdown")
+        try:
+            await box.stop("the daemon is shutting down")
+        finally:  # a stop that failed still closes the run: its token dies with this daemon
+            await box.close_run("daemon shutdown")

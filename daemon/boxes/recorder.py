@@ -44,6 +44,10 @@ class Decision:
         return out
 
 
+class RunBusy(RuntimeError):
+    """The run still has decisions or records in flight; it was not closed."""
+
+
 @dataclass
 class GapCounter:
     counts: dict[str, int] = field(default_factory=dict)
@@ -123,6 +127,14 @@ class RunRecorder:
             fields["stdin"] = stdin
         if args_digest is not None:
             fields["args_digest"] = args_digest
+        await self._complete(decision_id, fields)
+
+    async def complete_write(self, decision_id: str, *, ok: bool, error: str = "") -> None:
+        """Record the end of a file write the changes door made itself (the host's word: no guest involved)."""
+        fields: dict[str, Any] = {"decision_id": decision_id, "status": "ok" if ok else "error",
+                                  "reported_by": "host"}
+        if error:
+            fields["error"] = error[:1024]
         await self._complete(decision_id, fields)
 
     def complete_soon(self, decision_id: str, **kwargs: Any) -> None:
@@ -207,6 +219,23 @@ class RunRecorder:
 
     async def containment(self) -> dict[str, Any]:
         return await self.signer.call("containment", **self._run)
+
+    async def close_if_idle(self, reason: str, *, within: float) -> None:
+        """Close the run once no decision, completion or record is in flight, waiting at most ``within`` seconds;
+        past that, raise ``RunBusy`` and close nothing (an export must not close a run under a decision)."""
+        if self.closed or self.run_id is None:
+            return
+
+        async def settled() -> None:
+            await self._idle.wait()
+            await self._must_keep.join()
+
+        try:
+            await asyncio.wait_for(settled(), within)
+        except TimeoutError:
+            raise RunBusy(f"{self._in_flight} call(s) to the signer and {self._must_keep.qsize()} record(s) "
+                          f"were still in flight in run {self.run_id} after {within:g} s") from None
+        await self.close(reason, wait=False)  # nothing in flight now, and nothing can start before the close is sent
 
     async def close(self, reason: str, *, wait: bool = True) -> None:
         """Close the run once every decision, completion and must-keep record in flight has been answered (waiting

@@ -2,6 +2,8 @@
 
 Export reads the store directly (the signer may be running or not): only records
 covered by the newest checkpoint are read, so a concurrent writer cannot tear them.
+The daemon exports through the signer's socket instead (``exports.py``); both build
+the bundle with ``run_bundle.py``.
 """
 
 from __future__ import annotations
@@ -10,15 +12,13 @@ from pathlib import Path
 from typing import Any
 
 from ..evidence import trust as trust_file
-from ..evidence.bundle import write_bundle
-from ..evidence.records import SIGNER_RUN_ID, Record, parse_record
+from ..fsutil import write_atomically
 from . import store as store_module
 from .keys import load_or_create
 from .paths import SignerPaths
+from .run_bundle import ExportError, bundle_bytes, read_run
 
-
-class ExportError(RuntimeError):
-    """The run cannot be exported; the message says why and what to do."""
+__all__ = ["ExportError", "export_run", "write_trust"]
 
 
 def _newest_checkpoint(store_dir: Path) -> tuple[int, bytes]:
@@ -32,35 +32,9 @@ def _newest_checkpoint(store_dir: Path) -> tuple[int, bytes]:
 def export_run(paths: SignerPaths, run_id: str, output: Path) -> dict[str, Any]:
     store_dir = paths.store_dir
     tree_size, note_bytes = _newest_checkpoint(store_dir)
-    leaves: list[bytes] = []
-    run_records: list[Record] = []
-    key_records: list[Record] = []
-    with open(store_dir / store_module.LOG_NAME, "rb") as log:
-        for _ in range(tree_size):
-            line = log.readline()
-            if not line.endswith(b"\n"):
-                raise ExportError("the log is shorter than its checkpoint; check the store with: tkbox signer status")
-            record = parse_record(line)
-            leaves.append(record.leaf())
-            if record.run_id == run_id:
-                run_records.append(record)
-            elif record.run_id == SIGNER_RUN_ID and record.type == "signer.epoch":
-                key_records.append(record)
-    if not run_records:
-        raise ExportError(f"no run {run_id!r} in the checkpointed log; list runs with: tkbox signer status")
-    if run_records[-1].type != "run.closed":
-        raise ExportError(f"run {run_id!r} is still open; close it first (tkbox rm closes a box's run)")
-    policy_hash = run_records[0].event["data"].get("policy_hash", "")
-    policy_path = store_dir / store_module.POLICY_DIR / f"{policy_hash.removeprefix('sha256:')}.json"
-    try:
-        policies = {policy_hash.removeprefix("sha256:"): policy_path.read_bytes()}
-    except OSError:
-        raise ExportError(f"the policy snapshot {policy_hash} is missing from {policy_path.parent}") from None
-    write_bundle(
-        output, run_id=run_id, run_records=run_records, key_records=key_records, checkpoint_note=note_bytes,
-        tree_leaves=leaves, policies=policies,
-    )
-    return {"run_id": run_id, "records": len(run_records), "tree_size": tree_size, "bundle": str(output)}
+    run = read_run(store_dir, run_id, tree_size)
+    write_atomically(Path(output), bundle_bytes(store_dir, run, note_bytes))
+    return {"run_id": run_id, "records": len(run.run_records), "tree_size": tree_size, "bundle": str(output)}
 
 
 def write_trust(paths: SignerPaths, output: Path) -> dict[str, Any]:

@@ -34,6 +34,9 @@ ERROR_CODES = frozenset(
         "decision_not_ask",   # a tkbox.approval answer for a decision whose verdict is not ask
         "approval_answered",  # a second answer for one decision, or an approval id used before
         "run_contained",      # an approve for a run that is held or quarantined
+        "run_open",           # export_open of a run that is not closed yet
+        "not_owner",          # export_open of a run another identity registered
+        "unknown_export",     # export_read/export_done of an export that is not (or no longer) open for the caller
     }
 )
 
@@ -43,6 +46,7 @@ _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z", re.ASCII)
 _DECISION_ID = re.compile(r"^dec-[0-9a-f]{32}\Z", re.ASCII)
 _SOURCE = re.compile(r"^[a-z][a-z0-9_.-]{0,63}\Z", re.ASCII)
 _TOOL = re.compile(r"^[A-Za-z0-9_.:*/-]{1,128}\Z", re.ASCII)
+_EXPORT_ID = re.compile(r"^exp-[0-9a-f]{32}\Z", re.ASCII)
 
 
 class SchemaError(ValueError):
@@ -169,6 +173,11 @@ METHODS: dict[str, MethodSchema] = {
         dict(RUN_FIELDS), {"from_seq": _int_range(0, 2**53 - 1), "limit": _int_range(1, READ_LIMIT_MAX)}, False
     ),
     "checkpoint": MethodSchema({}, {}, False),
+    "export_open": MethodSchema({"run_id": _text(_RUN_ID)}, {}, False),
+    "export_read": MethodSchema({"export_id": _text(_EXPORT_ID), "offset": _int_range(0, 2**53 - 1)}, {}, False),
+    "export_done": MethodSchema({"export_id": _text(_EXPORT_ID)}, {}, False),
+    "trust": MethodSchema({}, {}, False),
+    "preview": MethodSchema({"tool": _text(_TOOL), "args": _is_object}, {}, False),
 }
 
 

@@ -80,6 +80,7 @@ class SignerServer:
         await self.service.store.drain()
         if not self.service.store.error and self.service.store.durable_tree.size:
             self.service.store.checkpoint()
+        self.service.exports.discard_all()
         self.socket_path.unlink(missing_ok=True)
 
     async def _checkpoint_periodically(self) -> None:

@@ -21,9 +21,11 @@ from typing import Any
 from .. import strictjson
 from ..evidence.approval_record import SOURCE as APPROVAL_SOURCE
 from ..evidence.records import SIGNER_RUN_ID, Record, public_raw
+from ..evidence.trust import build_trust
 from ..policy import PolicyPack, evaluate
 from . import commitments, runtoken
 from .approvals import ApprovalRefused, check_approval
+from .exports import ExportRefused, RunExports
 from .keys import SignerKeys
 from .rpc_schema import RPC_VERSION, SchemaError, error, validate
 from .state import RunBook, RunState, StoredReply, reply_from_record
@@ -61,6 +63,7 @@ class SignerService:
         self.recovery: dict[str, Any] = {}
         self.policy_digest = ""
         self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self.exports = RunExports(store, keys)
         self._handlers: dict[str, Handler] = {
             "hello": self._hello,
             "status": self._status,
@@ -75,11 +78,17 @@ class SignerService:
             "containment": self._containment,
             "read": self._read,
             "checkpoint": self._checkpoint,
+            "export_open": self._export_open,
+            "export_read": self._export_read,
+            "export_done": self._export_done,
+            "trust": self._trust,
+            "preview": self._preview,
         }
 
     # ---- start -------------------------------------------------------------------------
     async def start(self) -> None:
         """Replay the store, then sign the epoch (new log) and a start record."""
+        self.exports.discard_all()  # left by a signer that died mid-export
         recovery = self.store.open(self.book.apply)
         self.recovery = {"records": recovery.records, "torn_bytes": recovery.torn_bytes, "torn_file": recovery.torn_file}
         if self.store.error:
@@ -142,6 +151,8 @@ class SignerService:
             return await self._handlers[method](identity, request)
         except RequestRefused as refused:
             return refused.reply
+        except ExportRefused as refused:
+            return error(refused.code, refused.message)
         except StoreUnavailable as exc:
             return error("unavailable", f"the signer's store cannot record ({exc}); nothing is allowed until it can")
 
@@ -360,6 +371,30 @@ class SignerService:
         records = [self.store.read_record(seq) for seq in seqs]
         events = [{"run_seq": r.run_seq, "type": r.type, "hash": r.hash, "event": r.event} for r in records]
         return {"records": events, "next_seq": start + len(events)}
+
+    async def _preview(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The policy's verdict for ``tool`` and ``args``, recording nothing (a dry run shows it; the action
+        itself is decided again, and recorded, with ``decide``)."""
+        verdict = evaluate(self.pack, request["tool"], request["args"])
+        reply: dict[str, Any] = {"tool": request["tool"], "tool_class": verdict.tool_class,
+                                 "verdict": verdict.verdict, "rule_ids": list(verdict.rule_ids),
+                                 "reason": verdict.reason, "recorded": False}
+        if verdict.hint:
+            reply["hint"] = verdict.hint
+        return reply
+
+    async def _export_open(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        return await self.exports.open(identity, request["run_id"], self.book.runs.get(request["run_id"]))
+
+    async def _export_read(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self.exports.read(identity, request["export_id"], request["offset"])
+
+    async def _export_done(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        return self.exports.done(identity, request["export_id"])
+
+    async def _trust(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The trust document pinning this signer's keys (public keys only), as ``tkbox signer trust`` writes it."""
+        return {"trust": build_trust(record_key=self.keys.record_key.public_key(), log_vkey=self.keys.log_vkey)}
 
     async def _checkpoint(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
         self._ensure_writable()

@@ -29,6 +29,7 @@ class RunState:
     owner: str
     token_expires: int
     closed: bool = False
+    closed_seq: int | None = None  # the log seq of its run.closed record (an export's tree ends right after it)
     containment: str = "active"
     containment_reason: str = ""
     containment_seq: int | None = None
@@ -95,6 +96,7 @@ class RunBook:
             run.containment_seq = record.seq
         elif kind == "run.closed":
             run.closed = True
+            run.closed_seq = record.seq
         request_id = event.get("request_id")
         method = TYPE_TO_METHOD.get(kind) or (data.get("method") if kind == "containment.changed" else None)
         if request_id and method:

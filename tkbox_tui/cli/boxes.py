@@ -20,8 +20,10 @@ from tkbox_daemon.wire import BoxInfo, Event
 from ..client import DaemonError
 from ..terminal_text import safe_lines, safe_text
 from . import approvals
+from .apply import apply_main
 from .daemon_refusals import daemon_client, from_daemon
 from .exec_command import EXIT_DENIED, RawTerminal, _drive_exec, exec_main  # noqa: F401  (tests drive these here)
+from .export_command import export_main
 from .report import CliError, CliParser, interrupted, report, wants_json
 
 
@@ -119,13 +121,20 @@ async def _ls(argv: list[str]) -> int:
     if args.json:
         print(json.dumps([b.to_json() for b in boxes], indent=2, sort_keys=True))
         return 0
-    print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7} {'APPROVALS':>9}  {'RUN':<28} WORKSPACE")
+    print(f"{'NAME':<20} {'ID':<13} {'STATE':<9} {'EXECS':>7} {'APPROVALS':>9}  {'RUN':<37} WORKSPACE")
     for box in boxes:
         print(f"{safe_text(box.name):<20} {safe_text(box.id):<13} {safe_text(box.state):<9} "
               f"{safe_text(box.execs_running):>3}/{safe_text(box.execs_total):<3} "
               f"{safe_text(box.approvals_pending):>9}  "
-              f"{safe_text(box.run_id or 'UNRECORDED'):<28} {safe_text(box.workspace)}")
+              f"{safe_text(run_text(box)):<37} {safe_text(box.workspace)}")
     return 0
+
+
+def run_text(box: BoxInfo) -> str:
+    """The RUN column of ``tkbox ls``: the run id and what became of it (open, closed, exported, orphaned)."""
+    if not box.run_id:
+        return "UNRECORDED"
+    return f"{box.run_id} {'exported' if box.exported else box.run_state}".rstrip()
 
 
 async def _one_box(argv: list[str], command: str, description: str) -> int:
@@ -212,6 +221,8 @@ COMMANDS = {
     "stop": lambda argv: _one_box(argv, "stop", "Stop a box: save its patch; its run stays open."),
     "rm": lambda argv: _one_box(argv, "rm", "Remove a box: stop it if needed and close its run."),
     "diff": _diff,
+    "export": export_main,
+    "apply": lambda argv: apply_main(argv),
     "events": _events,
     **approvals.COMMANDS,
 }

@@ -21,8 +21,8 @@ from ..client import DaemonError
 from ..terminal_text import safe_text
 from .approval_text import clock
 
-PROMPT = "approve? [a] approve  [A] approve and remember  [x] reject  (or answer elsewhere)"
-KEYS = {b"a": ("approve", False), b"A": ("approve", True), b"x": ("reject", False)}
+PROMPT = "approve? [a] approve  [r] approve and remember  [x] reject  (or answer elsewhere)"
+KEYS = {b"a": ("approve", False), b"r": ("approve", True), b"x": ("reject", False)}
 CTRL_C = b"\x03"
 FINAL_REFUSALS = ("approval_answered", "approval_expired", "record_refused")  # no point in another key
 
@@ -66,7 +66,7 @@ def say(text: str, raw: bool) -> None:
 
 
 async def answer_in_place(fd: int, approval_id: str, answer: Answer, on_ctrl_c: Callable[[], None]) -> None:
-    """Read keys from the terminal ``fd`` (already raw) until one answers: ``a`` approves, ``A`` approves and
+    """Read keys from the terminal ``fd`` (already raw) until one answers: ``a`` approves, ``r`` approves and
     remembers, ``x`` rejects, Ctrl+C calls ``on_ctrl_c`` (withdraw); other keys are ignored.  A refused answer is
     said on the terminal; keys are read again unless the approval can no longer be answered.
 

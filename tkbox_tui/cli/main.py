@@ -33,6 +33,8 @@ commands:
   exec BOX -- ARGV     run a command in a box, decided by the signer first
   ls | stop | rm       list boxes; stop one (saves its patch); remove one (closes its run)
   diff BOX             print a box's changes as a git-format patch
+  apply BOX            write a stopped box's patch to its checkout, every file decided first (--dry-run shows it)
+  export BOX -o FILE   export a stopped box's run as a .tkb bundle and its trust file (closes the run)
   events [BOX]         print the daemon's events (--follow to keep printing)
   approvals            list the approvals waiting for a person (--follow to keep printing)
   approve | reject ID  answer one (approve --remember; reject --reason TEXT)
@@ -40,6 +42,7 @@ commands:
   signer …             serve | up | down | status | trust | export   (tkbox signer --help)
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
+  patch check FILE     check a patch file as tkbox apply would, with no box (tkbox patch check --help)
 
 Every command takes --help; every command that prints a result takes --json, and then an error is
 {"error": {"code", "message", "hint"}} on stdout.  tkbox --version prints the version.
@@ -50,6 +53,12 @@ def _demo(argv: list[str]) -> int:
     from .demo import demo_main
 
     return demo_main(argv)
+
+
+def _patch(argv: list[str]) -> int:
+    from .patch_check import patch_main
+
+    return patch_main(argv)
 
 
 def _box(name: str) -> Callable[[list[str]], int]:
@@ -76,15 +85,17 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "console": _up_group("console"),
     "demo": _demo,
     "daemon": daemon_side.daemon,
-    **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "events",
+    **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "apply", "export", "events",
                                                 "approvals", "approve", "reject", "forget")},
     "signer": daemon_side.signer,
     "verify": daemon_side.verify,
     "policy": daemon_side.policy,
+    "patch": _patch,
 }
 SUBCOMMANDS: dict[str, Callable[[], list[str]]] = {
     "signer": daemon_side.signer_subcommands,
     "policy": lambda: ["check"],
+    "patch": lambda: ["check"],
 }
 
 
