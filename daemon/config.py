@@ -113,4 +113,5 @@ class DaemonConfig:
     max_boxes: int = BOXES_PER_DAEMON.default
     backend: str = "auto"
     approval_wait: float = APPROVAL_WAIT.default  # seconds an action waits for a person (tkbox daemon --approval-wait)
+    egress_block: tuple[str, ...] = ()  # networks no box reaches, beyond the special ranges (--egress-block)
     allowed_uids: frozenset[int] = field(default_factory=lambda: frozenset({os.getuid(), 0}))

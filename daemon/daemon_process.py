@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import ctypes
+import ipaddress
 import logging
 import os
 import signal
@@ -127,6 +128,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--approval-wait", type=int, default=APPROVAL_WAIT.default, metavar="SECONDS",
                         help="how long an action the policy asks about waits for a person's answer before it is "
                              f"refused (default {APPROVAL_WAIT.default}, at most {MAX_APPROVAL_WAIT})")
+    parser.add_argument("--egress-block", action="append", default=[], metavar="NETWORK",
+                        help="a network (CIDR) no box may reach through the egress door, beyond the special ranges "
+                             "it always refuses (docs/egress.md); repeat it for more")
     return parser
 
 
@@ -139,9 +143,17 @@ def daemon_main(argv: list[str]) -> int:
     if not 1 <= args.approval_wait <= MAX_APPROVAL_WAIT:
         print(f"tkbox daemon: --approval-wait is 1 to {MAX_APPROVAL_WAIT} seconds", file=sys.stderr)
         return 2
+    for network in args.egress_block:
+        try:
+            ipaddress.ip_network(network, strict=True)
+        except ValueError as exc:
+            print(f"tkbox daemon: --egress-block {network!r} is not a network ({exc}); give one like 192.0.2.0/24",
+                  file=sys.stderr)
+            return 2
     try:
         config = DaemonConfig(DaemonPaths.from_env(), SignerPaths.from_env(), unrecorded=args.unrecorded,
-                              max_boxes=args.max_boxes, backend=args.backend, approval_wait=args.approval_wait)
+                              max_boxes=args.max_boxes, backend=args.backend, approval_wait=args.approval_wait,
+                              egress_block=tuple(args.egress_block))
         backend = select_backend(args.backend)
         asyncio.run(serve(config, backend))
     except (DaemonStartError, PathError) as exc:

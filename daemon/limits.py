@@ -42,7 +42,7 @@ BOXES_PER_DAEMON = Limit("boxes_per_daemon", 8, "boxes", "boxes alive at once in
 EXECS_PER_BOX = Limit("execs_per_box", 64, "commands", "commands running at once in one box",
                       "limits.execs in tkbox.yaml")
 CONNECTIONS_PER_BOX = Limit("connections_per_box", 256, "connections", "open egress connections of one box",
-                            "limits.connections in tkbox.yaml", enforced_by="the egress door")
+                            "fixed; end idle connections in the box (each open tunnel holds one)")
 PENDING_APPROVALS_PER_BOX = Limit("pending_approvals_per_box", 16, "approvals",
                                   "actions of one box waiting for a person's answer at once",
                                   "fixed; answer the waiting ones first (tkbox approvals lists them)")
@@ -119,6 +119,15 @@ WORKSPACE_BYTES = Limit("workspace_bytes", 2 * GIB, "bytes", "bytes copied into 
 EGRESS_REFUSALS_PER_SECOND = Limit("egress_refusals_per_second", 20, "records",
                                    "box refusals recorded one by one per second", "fixed; the rest are counted",
                                    enforced_by="the egress door")
+EGRESS_TARGET_LENGTH = Limit("egress_target_length", 8 * KIB, "bytes",
+                             "one connection target the egress door reads (CONNECT host:port, or an http:// URL)",
+                             "fixed; send long data in the request body")
+EGRESS_RESOLVED_ADDRESSES = Limit("egress_resolved_addresses", 64, "addresses",
+                                  "addresses of one resolved name the egress door checks (a name with more is "
+                                  "refused)", "fixed; pin the name with --resolve NAME=ADDR")
+EGRESS_HOST_ADDRESSES_AGE = Limit("egress_host_addresses_age", 5, "seconds",
+                                  "how old the host's own interface addresses may be when an address is checked "
+                                  "against them", "fixed")
 CONTAINMENT_POLL_EARLY = Limit("containment_poll_early", 2, "seconds", "containment poll in a box's first minute",
                                "fixed")
 CONTAINMENT_POLL_LATER = Limit("containment_poll_later", 15, "seconds", "containment poll after the first minute",
@@ -127,6 +136,28 @@ EXPORT_CLOSE_WAIT = Limit("export_close_wait", 10, "seconds",
                           "tkbox export's wait for the decisions and records in flight in a box's run before it "
                           "closes the run (past it, export refuses rather than close the run under them)",
                           "fixed; export again once they are answered")
+EGRESS_REQUEST_HEAD = Limit("egress_request_head", 16 * KIB, "bytes",
+                            "the head of one request a box client sends the egress proxy", "fixed")
+EGRESS_DIAL_TIME = Limit("egress_dial_time", 10, "seconds", "the proxy's wait for an upstream to accept a connection",
+                         "fixed")
+ALLOWLIST_ENTRIES = Limit("allowlist_entries", 1000, "entries",
+                          "entries in one box's egress allowlist (presets expanded, blocks included)",
+                          "fixed; cover many names with one *.host entry")
+RESOLVE_NAMES = Limit("resolve_names", 256, "names", "names one box pins to addresses (--resolve, resolve:)", "fixed")
+RESOLVE_ADDRESSES = Limit("resolve_addresses", 16, "addresses", "addresses pinned for one name", "fixed")
+EGRESS_ATTEMPTS_KEPT = Limit("egress_attempts_kept", 1000, "attempts",
+                             "a box's latest egress attempts kept to show what an allowlist change would let through",
+                             "fixed; the box's run records every decided connection")
+EGRESS_CLIENTHELLO = Limit("egress_clienthello", 16 * KIB, "bytes",
+                           "one TLS ClientHello the egress proxy reads before it forwards a tunnel's first byte "
+                           "(the handshake message; a post-quantum key share makes it about 2 KiB)",
+                           "fixed; send a smaller ClientHello (fewer key shares or extensions)")
+EGRESS_CLIENTHELLO_RECORDS = Limit("egress_clienthello_records", 32 * KIB, "bytes",
+                                   "the TLS records that carry one ClientHello, their 5-byte headers included",
+                                   "fixed; send the ClientHello in fewer, larger records")
+EGRESS_HELD_BEFORE_SERVERHELLO = Limit("egress_held_before_serverhello", 64 * KIB, "bytes",
+                                       "what a client sends after its ClientHello, held until the server's first "
+                                       "answer shows whether it asks for a second ClientHello", "fixed")
 APPLY_ONLY_PATHS = Limit("apply_only_paths", 10_000, "paths", "paths one apply's --only may name",
                          "fixed; apply the patch in parts, or without --only")
 APPLY_FILES = Limit("apply_files", 20_000, "files", "files one apply decides and writes",

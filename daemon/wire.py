@@ -32,7 +32,9 @@ EVENT_KINDS = frozenset(
         "signer.unavailable", "gap", "containment.changed", "patch.saved", "patch.applied",
         "guest.protocol_error", "box.lost", "daemon.registry",
         "approval.pending", "approval.answered", "approval.expired", "approval.rule_added", "approval.rule_removed",
-        "box.exported",
+        "box.exported", "egress.allowlist",
+        "egress.allowed", "egress.held", "egress.approved", "egress.rejected", "egress.expired", "egress.refused",
+        "egress.closed", "egress.resolve_failed",
     }
 )
 
@@ -93,6 +95,8 @@ class BoxInfo:
     run_state: str = ""  # one of RUN_STATES for a recorded box, "" for an unrecorded one
     remembered: list[dict[str, Any]] = field(default_factory=list)  # RememberedRule.to_json() of each
     exported: dict[str, Any] | None = None  # RunExport.to_json() of the box's last export, None before one
+    allow_presets: list[str] = field(default_factory=list)  # the presets its settings named (entries in ``allow``)
+    resolve: dict[str, list[str]] = field(default_factory=dict)  # pinned name -> addresses (--resolve)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -13,6 +13,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+from e2e.netns import netns_command
 from e2e.signer_process import TKBOX, tkbox
 from tkbox_daemon.config import DaemonPaths
 
@@ -52,13 +53,16 @@ def _copy_rest(stream: object, log: Path) -> None:
 
 
 @contextmanager
-def daemon_process(*args: str, backend: str = "bwrap", keep_layers: bool = False) -> Iterator[DaemonProcess]:
+def daemon_process(*args: str, backend: str = "bwrap", keep_layers: bool = False,
+                   netns: str | None = None) -> Iterator[DaemonProcess]:
     """A ``tkbox daemon`` for the block; its box layers and channels are removed after it unless ``keep_layers``
-    (a test that starts the next daemon on the same boxes)."""
+    (a test that starts the next daemon on the same boxes).  With ``netns`` (a lab namespace, ``e2e/netlab.py``)
+    the daemon runs in that network namespace; its API and the signer are Unix sockets, reached as before."""
     paths = DaemonPaths.from_env()
     log = paths.state_dir.parent / "daemon.log"
     log.parent.mkdir(parents=True, exist_ok=True)
-    process = subprocess.Popen([TKBOX, "daemon", "--backend", backend, *args], stdout=subprocess.DEVNULL,
+    command = [TKBOX, "daemon", "--backend", backend, *args]
+    process = subprocess.Popen(netns_command(netns, command) if netns else command, stdout=subprocess.DEVNULL,
                                stderr=subprocess.PIPE)
     daemon = DaemonProcess(process, paths, log)
     try:

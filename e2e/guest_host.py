@@ -70,8 +70,8 @@ class GuestHost:
         self.agent_server = await asyncio.start_unix_server(self._accept, path=str(self.agent_path))
         self.proc = await asyncio.create_subprocess_exec(
             *self.prefix, sys.executable, "-I", "-S", str(GUEST_DIR), "--boot-socket", str(self.boot_path),
-            "--drain-ms", str(self.drain_ms), stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-            cwd="/")
+            "--drain-ms", str(self.drain_ms), "--no-forwarder", stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE, cwd="/")
         if connect:
             await asyncio.wait_for(self.connected.wait(), WAIT)
         return self

@@ -153,6 +153,13 @@ def test_a_sensitive_file_needs_allow_sensitive_then_a_person(daemon, checkout):
     ci = next(file for file in report["files"] if file["path"] == ".github/workflows/ci.yml")
     assert ci["verdict"] == "ask" and "TK-A002" in ci["rule_ids"] and ci["approval_id"] == held.group(2)
     assert (checkout / ".github/workflows/ci.yml").read_text() == "on: [push, pull_request]\n"
+    bundle = checkout.parent / "run.tkb"
+    tkbox("export", "work", "-o", str(bundle))
+    verified = tkbox("verify", str(bundle), "--trust", str(checkout.parent / "run.trust.json"))
+    assert "Integrity: VERIFIED" in verified.stdout and "[PASS] approvals" in verified.stdout
+    order = [(record["type"], record["data"].get("source", "")) for record in bundle_records(bundle)
+             if record["data"].get("decision_id") == ci["decision_id"]]
+    assert order == [("policy.decision", ""), ("input.observed", "tkbox.approval"), ("tool.result", "")]
 
 
 def test_a_rejected_file_means_nothing_is_written(daemon, checkout):
@@ -271,5 +278,73 @@ def test_apply_after_a_daemon_restart_records_in_a_run_that_names_the_earlier_on
                 verified = tkbox("verify", str(checkout.parent / "run.tkb"), "--trust",
                                  str(checkout.parent / "run.trust.json"))
                 assert "Integrity: VERIFIED" in verified.stdout
+    finally:
+        tkbox("signer", "down", check=False)
+
+
+@pytest.mark.parametrize("job, rule", [
+    ("mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit && echo ok > ok.txt", "dotgit"),
+    ("mkdir -p .GIT && echo evil > .GIT/config && echo ok > ok.txt", "dotgit"),
+    ("ln -s /etc/passwd leak && echo ok > ok.txt", "symlink"),
+    ("ln -s ../../outside up && echo ok > ok.txt", "symlink"),
+])
+def test_a_hostile_box_patch_is_refused_whole_and_nothing_is_written(daemon, checkout, job, rule):
+    (checkout / "tools" / "job.sh").write_text(job + "\n")  # the command door would ask about the job's own line
+    run_job(checkout, "sh tools/job.sh")
+    before = tree(checkout)
+    result = apply("work", "--json")
+    report = json.loads(result.stdout)
+    assert result.returncode == 1 and report["status"] == "refused" and report["files"] == []
+    assert rule in report["reason"], report["reason"]
+    assert tree(checkout) == before
+
+
+def test_a_name_with_terminal_controls_is_refused_and_shown_escaped(daemon, checkout):
+    run_job(checkout, "printf 'x\\n' > \"$(printf 'evil\\033[31mred')\"")
+    before = tree(checkout)
+    result = apply("work")
+    assert result.returncode == 1 and "path-control-character" in result.stdout
+    assert "\x1b" not in result.stdout and "x1b[31mred" in result.stdout  # escaped, never raw
+    assert tree(checkout) == before
+
+
+DENY_VENDOR_PACK = """version: 1
+description: the default pack, and vendored code is never written by an agent
+extends: [default]
+deny:
+  - id: TEST-D001
+    class: fs
+    tool: [Write]
+    pattern: '(?<![\\\\w.-])vendor/'
+    reason: vendored code is changed upstream, not here
+    hint: send the change upstream
+"""
+
+
+def test_a_denied_file_means_nothing_is_written_and_the_denial_is_recorded(checkout, tmp_path):
+    pack = tmp_path / "deny-vendor.yaml"
+    pack.write_text(DENY_VENDOR_PACK)
+    tkbox("signer", "up", "--pack", str(pack))
+    try:
+        with daemon_process(backend="bwrap"):
+            run_job(checkout, "mkdir -p vendor && echo patched > vendor/lib.py && echo fine > ok.txt")
+            before = tree(checkout)
+            preview = json.loads(apply("work", "--dry-run", "--json").stdout)
+            verdicts = {file["path"]: (file["verdict"], file["rule_ids"]) for file in preview["files"]}
+            assert verdicts == {"vendor/lib.py": ("deny", ["TEST-D001"]), "ok.txt": ("allow", [])}
+            result = apply("work", "--json")
+            report = json.loads(result.stdout)
+            assert result.returncode == 1 and report["status"] == "refused"
+            outcomes = {file["path"]: file["outcome"] for file in report["files"]}
+            assert outcomes == {"vendor/lib.py": "refused", "ok.txt": "not_written"}
+            assert tree(checkout) == before
+            bundle = tmp_path / "run.tkb"
+            tkbox("export", "work", "-o", str(bundle))
+            records = bundle_records(bundle)
+            denied = [record["data"] for record in records if record["type"] == "policy.decision"
+                      and record["data"]["tool"] == "Write" and record["data"]["verdict"] == "deny"]
+            assert [decision["rule_ids"] for decision in denied] == [["TEST-D001"]]
+            assert "Integrity: VERIFIED" in tkbox("verify", str(bundle), "--trust",
+                                                  str(tmp_path / "run.trust.json")).stdout
     finally:
         tkbox("signer", "down", check=False)

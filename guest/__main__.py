@@ -1,4 +1,4 @@
-"""Command line: ``python3 -I -S /run/tkbox/guest [--boot-socket PATH] [--agent-socket PATH]``.
+"""Command line: ``python3 -I -S /run/tkbox/guest [--boot-socket PATH] [--agent-socket PATH] [--no-forwarder]``.
 
 Also runs as ``python3 -m tkbox_guest`` (installed) or ``python3 -S -m guest`` from the folder's parent. Under
 ``-I`` Python puts neither the current directory nor a ``-m`` package's parent on ``sys.path``, so in a box the
@@ -35,11 +35,14 @@ def main(argv: list[str] | None = None) -> int:
                         help="the agent socket (default: the boot config's agent_socket, /run/tkbox/agent.sock)")
     parser.add_argument("--drain-ms", type=int, default=1000,
                         help="how long to wait for an exec's pipes after it ended (default 1000)")
+    parser.add_argument("--no-forwarder", action="store_true",
+                        help="do not listen on 127.0.0.1:3128 (a guest on a test host, whose loopback is the host's)")
     args = parser.parse_args(argv)
     # Nothing the launcher left open is ours to keep (bwrap leaves its --userns fd): stdio only, from here on.
     os.closerange(3, 1 << 20)
     agent = _agent_module()
-    return agent.run(args.boot_socket, args.agent_socket, drain_s=max(0, args.drain_ms) / 1000)
+    return agent.run(args.boot_socket, args.agent_socket, drain_s=max(0, args.drain_ms) / 1000,
+                     forward=not args.no_forwarder)
 
 
 if __name__ == "__main__":

@@ -25,6 +25,7 @@ from .capabilities import CapabilityError, restrict_to
 from .channel import Channel, ChannelClosed
 from .execs import Exec, StartError
 from .files import BoundedRead, FileError
+from .forwarder import Forwarder
 from .protocol import Frame, FrameDecoder, ProtocolError
 from .reaper import Reaper
 from .tasks import TaskSet
@@ -322,7 +323,30 @@ class Agent:
         self.ops.spawn(self.channel.close(), name="terminate")
 
 
-async def serve_socket(config: BootConfig, agent_socket: str, *, drain_s: float = DRAIN_S) -> int:
+async def start_forwarder(egress_socket: str) -> Forwarder | None:
+    """The egress forwarder (``forwarder.py``), listening before any exec can run; None when its address cannot
+    be had: the box then has no way to the network door (closed, as without the door), and says why."""
+    forwarder = Forwarder(egress_socket)
+    try:
+        await forwarder.start()
+    except OSError as exc:
+        _log(f"the egress forwarder cannot listen on {forwarder.host}:{forwarder.requested_port}: "
+             f"{exc.strerror or exc}; commands in this box have no way to the network")
+        return None
+    return forwarder
+
+
+async def serve_socket(config: BootConfig, agent_socket: str, *, drain_s: float = DRAIN_S,
+                       forward: bool = True) -> int:
+    forwarder = await start_forwarder(config.egress_socket) if forward else None
+    try:
+        return await _serve_agent(config, agent_socket, drain_s=drain_s)
+    finally:
+        if forwarder is not None:
+            await forwarder.close()
+
+
+async def _serve_agent(config: BootConfig, agent_socket: str, *, drain_s: float) -> int:
     try:
         reader, writer = await asyncio.open_unix_connection(agent_socket)
     except OSError as exc:
@@ -351,8 +375,9 @@ def become_agent(job: JobUser) -> None:
         os.chown(job.home, job.uid, job.gid, follow_symlinks=False)
 
 
-def run(boot_socket: str, agent_socket: str | None = None, *, drain_s: float = DRAIN_S) -> int:
-    """Read the boot config, then serve the agent socket (the flag wins over the config's path)."""
+def run(boot_socket: str, agent_socket: str | None = None, *, drain_s: float = DRAIN_S, forward: bool = True) -> int:
+    """Read the boot config, start the egress forwarder (unless ``forward`` is false: a guest on a test host, whose
+    loopback is the host's), then serve the agent socket (the flag wins over the config's path)."""
     try:
         config = read_boot_config(boot_socket)
     except BootError as exc:
@@ -364,4 +389,4 @@ def run(boot_socket: str, agent_socket: str | None = None, *, drain_s: float = D
         except (CapabilityError, OSError) as exc:
             _log(f"cannot set up the guest's privileges: {exc}")
             return EXIT_STARTUP
-    return asyncio.run(serve_socket(config, agent_socket or config.agent_socket, drain_s=drain_s))
+    return asyncio.run(serve_socket(config, agent_socket or config.agent_socket, drain_s=drain_s, forward=forward))

@@ -36,6 +36,7 @@ class BootConfig:
     base_dir: str
     upper_dir: str
     job: JobUser | None = None  # None only where the guest runs outside a box (tests on the host)
+    egress_socket: str = protocol.BOOT_PATH_DEFAULTS["egress_socket"]  # where the forwarder relays to
 
     @classmethod
     def from_json(cls, data: bytes) -> BootConfig:
@@ -46,7 +47,8 @@ class BootConfig:
         return cls(box_id=obj["box_id"], env=dict(obj["env"]), workspace=obj["workspace"],
                    agent_socket=obj["agent_socket"], exec_timeout_ms=obj["limits"]["exec_timeout_ms"],
                    max_execs=obj["limits"]["max_execs"], clock_ms=obj["clock"], base_dir=obj["base_dir"],
-                   upper_dir=obj["upper_dir"], job=JobUser(**obj["job"]) if "job" in obj else None)
+                   upper_dir=obj["upper_dir"], job=JobUser(**obj["job"]) if "job" in obj else None,
+                   egress_socket=obj["egress_socket"])
 
 
 def read_boot_config(path: str, timeout_s: float = 30.0) -> BootConfig:

@@ -5,7 +5,7 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Debian packages the product and its tests need; one list in one place.
-DEBIAN_PACKAGES=(python3-venv git bubblewrap util-linux iproute2 tmux)
+DEBIAN_PACKAGES=(python3-venv python3-pip git bubblewrap util-linux iproute2 tmux curl)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do

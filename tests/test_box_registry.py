@@ -32,7 +32,8 @@ from tkbox_daemon.boxes.settings import LIMIT_FIELDS, BoxSettings, Secret
 
 box_ids = st.from_regex(BOX_ID, fullmatch=True)
 names = st.from_regex(r"[a-z0-9][a-z0-9-]{0,20}", fullmatch=True)
-hosts = st.sampled_from(["api.github.com", "pypi.org", "*.example.com", "localhost:8080"])
+hosts = st.sampled_from(["api.github.com", "pypi.org", "*.example.com", "git.example.com:8080", "!a.example.com",
+                         "[2001:db8::1]:443", "192.0.2.1"])
 texts = st.text(st.characters(blacklist_categories=("Cs",)), max_size=200)
 times = st.datetimes().map(lambda moment: moment.strftime("%Y-%m-%dT%H:%M:%SZ")).filter(lambda t: len(t) == 20)
 secrets = st.builds(Secret, st.from_regex(r"[A-Z][A-Z0-9_]{0,10}", fullmatch=True), st.just(""),

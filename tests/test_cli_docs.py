@@ -14,7 +14,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TKBOX = str(Path(sys.executable).parent / "tkbox")
 SUBCOMMANDS = [["signer", name] for name in ("serve", "up", "down", "status", "trust", "export")] + [
     ["policy", "check"], ["patch", "check"], ["verify"], ["demo"], ["up"], ["down"], ["console"], ["daemon"], ["run"], ["exec"], ["ls"], ["stop"], ["rm"], ["diff"], ["export"],
-    ["events"], ["approvals"], ["approve"], ["reject"], ["forget"]]
+    ["events"], ["approvals"], ["approve"], ["reject"], ["forget"], ["allow"], ["block"], ["allowlist"]]
 
 
 def test_every_command_is_documented():

@@ -39,7 +39,8 @@ NEEDS_DAEMON: dict[str, list[str]] = {
     "approvals": ["approvals"], "approve": ["approve", "apr-0000000000000000"],
     "reject": ["reject", "apr-0000000000000000"], "forget": ["forget", "nope", "rem-000000000000"],
     "export": ["export", "nope", "-o", f"/tmp/tkbox-cli-errors-{os.getpid()}.tkb"],  # a file that is not there
-    "apply": ["apply", "nope"],
+    "apply": ["apply", "nope"], "allow": ["allow", "nope", "a.test"], "block": ["block", "nope", "a.test"],
+    "allowlist": ["allowlist", "nope"],
 }
 NAMES_A_BOX = [argv for argv in NEEDS_DAEMON.values() if "nope" in argv]
 TAKES_NO_JSON = {"console"}  # interactive: nothing it prints is a result
@@ -164,7 +165,8 @@ async def test_version():
 async def test_every_box_that_does_not_exist_reads_the_same(tmp_path):
     async with running_daemon(tmp_path) as daemon:
         runs = await tkbox_all(_daemon_env(daemon), NAMES_A_BOX + [_with_json(argv) for argv in NAMES_A_BOX])
-    assert {ran.argv[0] for ran in runs} == {"exec", "stop", "rm", "diff", "events", "forget", "export", "apply"}
+    assert {ran.argv[0] for ran in runs} == {"exec", "stop", "rm", "diff", "events", "forget", "export", "apply",
+                                             "allow", "block", "allowlist"}
     for ran in runs[: len(NAMES_A_BOX)]:
         assert ran.status == 2
         assert ran.one_line_on_stderr() == f"tkbox {ran.argv[0]}: box 'nope' not found; list the boxes with: tkbox ls"
@@ -234,17 +236,17 @@ async def test_exec_json_is_one_result_object_for_an_agent(tmp_path):
     assert refused.status == 2 and refused.json()["error"]["code"] == "usage"
 
 
-async def test_a_door_that_is_not_built_is_refused_not_ignored(tmp_path):
+async def test_a_door_that_is_not_built_is_refused_not_ignored_and_a_wrong_allow_names_its_field(tmp_path):
     workspace = make_workspace(tmp_path)
     config = tmp_path / "tkbox.yaml"
     config.write_text("secrets: ['GH=env:GH_TOKEN@api.github.com']\n")
     async with running_daemon(tmp_path) as daemon:
         flag, flag_json, yaml = await tkbox_all(_daemon_env(daemon), [
-            ["run", "--workspace", str(workspace), "--allow", "pypi.org"],
-            ["run", "--workspace", str(workspace), "--allow", "pypi.org", "--json"],
+            ["run", "--workspace", str(workspace), "--allow", "127.1"],
+            ["run", "--workspace", str(workspace), "--allow", "pypi.org", "--resolve", "pypi.org", "--json"],
             ["run", "--workspace", str(workspace), "--config", str(config)]])
         assert daemon.manager.list() == []
-    assert flag.status == 2 and "network door is not built yet" in flag.one_line_on_stderr()
+    assert flag.status == 2 and "allow: entry 1 '127.1'" in flag.one_line_on_stderr()
     error = flag_json.json()["error"]
-    assert error["code"] == "invalid_settings" and error["field"] == "allow" and "not built yet" in error["message"]
+    assert error["code"] == "invalid_settings" and error["field"] == "resolve" and "NAME=ADDR" in error["message"]
     assert yaml.status == 2 and "secret door is not built yet" in yaml.one_line_on_stderr()

@@ -185,7 +185,7 @@ async def test_a_reply_that_is_not_the_error_shape_is_quoted_as_json_text(tmp_pa
 door_values = st.lists(st.text(alphabet="QXZJ0123456789=@.:", min_size=6, max_size=40), min_size=1, max_size=3)
 
 
-@given(st.sampled_from(["allow", "secrets"]), door_values)
+@given(st.sampled_from(["secrets"]), door_values)
 def test_a_door_not_built_yet_is_refused_whatever_it_is_given(key, values):
     with pytest.raises(SettingsError) as raised:
         parse_settings({"workspace": str(Path.cwd()), key: values}, default_name="b", environ={})

@@ -51,7 +51,8 @@ def test_text_output_format(files: tuple[Path, Path]) -> None:
     count = len(CHECK_NAMES)
     assert [line.split(f" {DASH} ")[0] for line in lines[:count]] == [f"[PASS] {name}" for name in CHECK_NAMES]
     assert lines[count:] == ["", "Integrity: VERIFIED.",
-                          f"Assurance: dev; records ed25519; checkpoint ed25519 ({LOG.keys.origin}); signer same-user"]
+                          f"Assurance: dev; records ed25519; checkpoint ed25519 ({LOG.keys.origin}); signer same-user",
+                          "Counts: 8 decisions (8 allow); 0 approvals; 8 execs; 0 writes"]
 
 
 def test_a_separate_user_signer_gives_local_assurance(tmp_path: Path) -> None:
@@ -74,6 +75,7 @@ def test_failure_output_names_the_check_and_the_record(tmp_path: Path) -> None:
     assert "Integrity: FAILED.\n" in text
     assert f"First failure: run chain {DASH} record seq {failure.seq}, run_seq 5: " in text
     assert "Assurance: none" in text
+    assert "Counts: none (integrity not verified)" in text and report.counts is None
     assert report.exit_code == 1
 
 
@@ -91,8 +93,9 @@ def test_json_output(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.Ca
     path, trust = files
     assert verify_main([str(path), "--trust", str(trust), "--json"]) == 0
     document = json.loads(capsys.readouterr().out)
-    assert list(document) == ["exit_code", "integrity", "assurance", "checks", "first_failure"]
+    assert list(document) == ["exit_code", "integrity", "assurance", "checks", "first_failure", "counts"]
     assert document["exit_code"] == 0 and document["integrity"] == "VERIFIED" and document["first_failure"] is None
+    assert document["counts"] == {"decisions": {"allow": 8}, "approvals": {}, "execs": 8, "writes": 0}
     assert [check["name"] for check in document["checks"]] == list(CHECK_NAMES)
     assert set(document["checks"][0]) == {"name", "status", "detail"}
 
@@ -100,7 +103,7 @@ def test_json_output(files: tuple[Path, Path], tmp_path: Path, capsys: pytest.Ca
     bad_path = tampered(tmp_path, {**GOOD, bundle.RUN_RECORDS: bad})
     assert verify_main([str(bad_path), "--trust", str(trust), "--json"]) == 1
     document = json.loads(capsys.readouterr().out)
-    assert document["integrity"] == "FAILED" and document["assurance"] is None
+    assert document["integrity"] == "FAILED" and document["assurance"] is None and document["counts"] is None
     assert set(document["first_failure"]) == {"check", "seq", "run_seq", "reason"}
     assert document["first_failure"]["check"] == "signatures"
     assert document["first_failure"]["reason"].endswith("event hash does not match the event")

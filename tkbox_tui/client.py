@@ -33,10 +33,12 @@ from tkbox_daemon.wire import (
     daemon_runtime_dir,
 )
 from tkbox_daemon.wire_apply import ApplyReport
+from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 
 T = TypeVar("T")
 STDIN_CHUNK = 64 * 1024
 ANSWERS = ("approve", "reject")
+ALLOWLIST_ACTIONS = ("allow", "block", "set")
 NO_DAEMON_HINT = "start it with: tkbox up (or tkbox daemon)"
 
 
@@ -243,6 +245,24 @@ class DaemonClient:
         """Remove a box's remembered rule (``rem-…``): later asks it would have approved go to a person again."""
         reply = await self._request("DELETE", remembered_path(box_ref, rule_id))
         return parsed_reply(lambda value: RememberedRule.from_json(value["removed"]), reply, "a removed rule")
+
+    async def allowlist(self, ref: str) -> AllowlistInfo:
+        """The box's egress allowlist as it is now: entries in order (``!`` before a block), presets, pinned names."""
+        reply = await self._request("GET", box_path(ref) + "/allowlist")
+        return parsed_reply(AllowlistInfo.from_json, reply, "an allowlist")
+
+    async def change_allowlist(self, ref: str, action: str, items: list[str], *,
+                               dry_run: bool = False) -> AllowlistChangeInfo:
+        """``allow`` or ``block`` hosts (``preset:NAME`` too), or ``set`` the whole list (``[]``: the kill switch),
+        as whoever runs this process (the daemon reads the socket's peer credentials). ``dry_run`` shows the change
+        and the earlier attempts it would let through without making it."""
+        if action not in ALLOWLIST_ACTIONS:
+            raise ValueError(f"an allowlist change is one of {ALLOWLIST_ACTIONS}, not {action!r}")
+        body: dict[str, Any] = {action: list(items)}
+        if dry_run:
+            body["dry_run"] = True
+        reply = await self._request("POST", box_path(ref) + "/allowlist", json=body)
+        return parsed_reply(AllowlistChangeInfo.from_json, reply, "an allowlist change")
 
     async def apply_preview(self, ref: str, *, only: list[str] | None = None) -> ApplyReport:
         """A dry run of ``tkbox apply``: per file its action, sizes, whether it is sensitive, whether the checkout

@@ -22,6 +22,7 @@ from ..signer_link import AsyncSignerClient
 from .errors import ApiError, json_errors
 from .keys import EVENTS, MANAGER
 from .peer import peer_check
+from .routes_allowlist import routes as allowlist_routes
 from .routes_apply import routes as apply_routes
 from .routes_approvals import routes as approval_routes
 from .routes_boxes import routes as box_routes
@@ -49,6 +50,7 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     app.add_routes(approval_routes)
     app.add_routes(apply_routes)
     app.add_routes(export_routes)
+    app.add_routes(allowlist_routes)
 
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()

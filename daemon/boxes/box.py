@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import ipaddress
 import os
 import shutil
 import sys
@@ -23,13 +24,18 @@ from ..approvals.box_approvals import BoxApprovals
 from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused
+from ..egress.allowlist import Allowlist
+from ..egress.box_context import BoxEgress
 from ..patch import PatchError
+from ..rules import PROXY_ENV
 from ..tasks import spawn
 from ..wire import BoxInfo
 from .channels import AgentListener, BootServer
+from .egress_listener import EgressHandler, EgressListener, refuse_door_not_enabled
 from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
+from .live_allowlist import LiveAllowlist
 from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
 from .registry import BoxRecord, RunNote
@@ -85,9 +91,12 @@ class Box:
         self.recorder: RunRecorder | None = None
         self.process: BoxProcess | None = None
         self.link: GuestLink | None = None
+        self.egress: EgressListener | None = None  # its egress.sock, from creation until a stop or failure begins
+        self.egress_handler: EgressHandler = refuse_door_not_enabled  # serves each egress connection (the proxy's)
         self.execs: set[ExecSession] = set()
         self.execs_total = 0
         self.approvals = BoxApprovals(self, manager.approvals)  # its asks waiting for a person, remembered rules
+        self.allowlist = LiveAllowlist(self)  # its egress allowlist now, changed and recorded while it runs
         self.last_event = ""
         self.backend_name = manager.backend.name
         self.earlier_run: RunNote | None = None  # the run of a box an earlier daemon made (its token is gone)
@@ -118,6 +127,11 @@ class Box:
             self._exec_history = ExecHistory(self.state_dir / "execs")
         return self._exec_history
 
+    @property
+    def egress_allowlist(self) -> Allowlist:
+        """The allowlist as it is now: an immutable value, read once for each new egress connection."""
+        return self.allowlist.current
+
     async def wait_until_not_held(self) -> None:
         """Return once the box is not held (a held box's processes are frozen: their clocks do not count)."""
         await self._not_held.wait()
@@ -134,12 +148,14 @@ class Box:
             run_id=self.recorder.run_id if self.recorder else self.earlier_run.id if self.earlier_run else None,
             recorded=self.recorder is not None or self.earlier_run is not None, run_state=self.run_state(),
             execs_running=len(self.execs), execs_total=self.execs_total, last_event=self.last_event,
-            allow=list(self.settings.allow), secrets=self.settings.public()["secrets"],
+            allow=self.egress_allowlist.texts(), secrets=self.settings.public()["secrets"],
             limits=self.settings.public()["limits"], backend=self.backend_name, reason=self.reason,
             pid=self.process.pid if self.process is not None and self.state in ("running", "held") else None,
             approvals_pending=self.approvals.pending_count(),
             remembered=[rule.to_json() for rule in self.approvals.remembered.rules()],
             exported=self.run_export.to_json() if self.run_export is not None else None,
+            allow_presets=list(self.settings.allow_presets),
+            resolve={name: list(addresses) for name, addresses in self.settings.resolve.items()},
         )
 
     def set_state(self, state: str, reason: str = "") -> None:
@@ -202,14 +218,20 @@ class Box:
         os.chmod(self.runtime_dir, 0o700)
         boot = BootServer(self.runtime_dir / "boot.sock", self.uid, self._boot_config(backend, layers))
         agent = AgentListener(self.runtime_dir / "agent.sock", self.uid)
+        self.egress_handler = BoxEgress(self, host_addresses=self.manager.host_addresses,
+                                        extra_blocked=map(ipaddress.ip_network, self.manager.config.egress_block)
+                                        ).handle
+        self.egress = EgressListener(self.runtime_dir / "egress.sock", self.uid,
+                                     lambda reader, writer: self.egress_handler(reader, writer))
         await boot.start()
         await agent.start()
+        await self.egress.start()
         try:
             spec = BoxSpec(
                 box_id=self.id, state_dir=self.layers_dir / "backend", base_dir=layers["base"],
                 upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
                 job_uid=self.job_uid,
-                channels={"boot": boot.path, "agent": agent.path},
+                channels={"boot": boot.path, "agent": agent.path, "egress": self.egress.path},
                 guest_dir=self.manager.guest_dir,
                 image_root=Path(self.settings.image[4:]) if self.settings.image.startswith("dir:") else None,
                 limits=BoxLimits(memory_bytes=self.settings.limit("memory"), pids_max=self.settings.limit("pids"),
@@ -223,6 +245,7 @@ class Box:
         self.link = GuestLink(reader, writer, on_failure=self._guest_failed)
         await asyncio.wait_for(self.link.request("ping"), GUEST_CONNECT_TIMEOUT)
         self.set_state("running")
+        self.allowlist.announce_start()
         self._tasks = [
             spawn(self._watch_process(), name=f"box-watch-{self.id}"),
             spawn(self._lifetime(), name=f"box-lifetime-{self.id}"),
@@ -250,7 +273,8 @@ class Box:
 
     def _boot_config(self, backend: BoxBackend, layers: dict[str, Path]) -> dict[str, Any]:
         config: dict[str, Any] = {
-            "box_id": self.id, "env": {}, "workspace": "/workspace", "agent_socket": "/run/tkbox/agent.sock",
+            "box_id": self.id, "env": dict(PROXY_ENV), "workspace": "/workspace",
+            "agent_socket": "/run/tkbox/agent.sock", "egress_socket": "/run/tkbox/egress.sock",
             "limits": {"exec_timeout_ms": self.settings.limit("exec_timeout") * 1000,
                        "max_execs": self.settings.limit("execs")},
             "clock": int(time.time() * 1000),
@@ -259,13 +283,16 @@ class Box:
             config["job"] = {"uid": BOX_JOB_UID, "gid": BOX_JOB_UID, "home": BOX_HOME}
         else:  # test backends: the guest runs on the host and sees host paths
             config.update(workspace=str(layers["base"]), agent_socket=str(self.runtime_dir / "agent.sock"),
-                          base_dir=str(layers["base"]), upper_dir=str(layers["upper"]))
+                          base_dir=str(layers["base"]), upper_dir=str(layers["upper"]),
+                          egress_socket=str(self.runtime_dir / "egress.sock"))
         return config
 
     def _guest_argv(self, backend: BoxBackend, boot_socket: Path) -> list[str]:
         if backend.isolated:
             return GUEST_ARGV
-        return [sys.executable, "-I", "-S", str(self.manager.guest_dir), "--boot-socket", str(boot_socket)]
+        # on a test host the guest's loopback is the host's: no forwarder listens there
+        return [sys.executable, "-I", "-S", str(self.manager.guest_dir), "--boot-socket", str(boot_socket),
+                "--no-forwarder"]
 
     # ---- the command door --------------------------------------------------------------
     def exec_session(self, start: ExecStart) -> ExecSession:
@@ -345,6 +372,7 @@ class Box:
         async with self._stop_lock:
             if self.state in ("stopped", "failed", "lost", "removed"):
                 return
+            await self._close_egress()
             was_live = self.state in ("running", "held")
             if self.state == "held" and self.process is not None:
                 await self.process.resume()
@@ -362,6 +390,11 @@ class Box:
             self.set_state(final_state, reason)
         if unanswered:
             await self.close_run(self.reason)
+
+    async def _close_egress(self) -> None:
+        """First when a stop or failure begins: no connection leaves the box from then on."""
+        if self.egress is not None:
+            await self.egress.close()
 
     async def _ask_guest_to_shut_down(self) -> str | None:
         """None when the guest answered (or its channel was already gone); else why the box is failed."""
@@ -390,6 +423,7 @@ class Box:
         async with self._stop_lock:
             if self.state in ("stopped", "failed", "lost", "removed"):
                 return
+            await self._close_egress()
             was_live = self.state in ("running", "held", "stopping")
             self.state = "stopping"
             await self.approvals.withdraw_all(f"box {self.settings.name} failed: {reason}")

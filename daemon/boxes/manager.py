@@ -23,6 +23,7 @@ from ..box.backend import BoxBackend, BoxError
 from ..box.etcgen import generate_etc
 from ..box.uids import UidAllocator, UidsExhausted
 from ..config import DaemonConfig
+from ..egress.hostaddrs import HostAddresses
 from ..events import EventBus
 from ..signer_link import AsyncSignerClient, SignerCallError
 from ..wire import BoxInfo
@@ -81,6 +82,7 @@ class BoxManager:
         self.guest_dir = guest_dir
         self.boxes: dict[str, Box] = {}
         self.approvals = ApprovalRegistry(wait_seconds=config.approval_wait)  # every box's, in memory only
+        self.host_addresses = HostAddresses()  # the host's own addresses, which no box's egress reaches
         self.uids = UidAllocator(config.paths.state_dir / "uids")
         self.registry = BoxRegistry(config.paths.state_dir / "registry")
         self.registry.lock()

@@ -137,6 +137,14 @@ class RunRecorder:
             fields["error"] = error[:1024]
         await self._complete(decision_id, fields)
 
+    async def complete_egress(self, decision_id: str, *, up: int, down: int, error: str = "") -> None:
+        """Record the end of an egress connection: the bytes it carried each way, as the host's proxy counted them."""
+        fields: dict[str, Any] = {"decision_id": decision_id, "status": "error" if error else "ok",
+                                  "reported_by": "host", "output": {"bytes_up": up, "bytes_down": down}}
+        if error:
+            fields["error"] = error[:1024]
+        await self._complete(decision_id, fields)
+
     def complete_soon(self, decision_id: str, **kwargs: Any) -> None:
         """Record a completion in the background; ``close`` waits for it (it is counted in flight from now)."""
         self._begin()

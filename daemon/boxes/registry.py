@@ -25,7 +25,9 @@ from typing import Any
 
 from .. import strictjson
 from ..box.uids import FIRST_BOX_UID
+from ..egress.allowlist import EntryError, parse_entry
 from ..fsutil import write_atomically
+from ..limits import ALLOWLIST_ENTRIES
 from ..processes import AlreadyRunning, take_lock
 from ..signer.paths import PathError
 from .settings import HOST, LIMIT_FIELDS, NAME, SECRET_NAME, BoxSettings, Secret
@@ -335,8 +337,13 @@ def _settings_from_json(value: Any) -> BoxSettings:
         raise RecordError("settings.workspace: an absolute path")
     image = _text("settings.image", value["image"])
     allow = value["allow"]
-    if not isinstance(allow, list) or not all(isinstance(h, str) and HOST.match(h) for h in allow):
-        raise RecordError("settings.allow: a list of host names")
+    try:
+        if not isinstance(allow, list) or len(allow) > ALLOWLIST_ENTRIES.default:
+            raise EntryError("not a list of entries")
+        for entry in allow:
+            parse_entry(entry)
+    except EntryError:
+        raise RecordError("settings.allow: a list of allowlist entries") from None
     secrets = value["secrets"]
     if not isinstance(secrets, list):
         raise RecordError("settings.secrets: a list")

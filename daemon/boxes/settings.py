@@ -5,7 +5,9 @@ spelling (``null``, ``false``, ``"text"``), as the settings are written.  Secret
 an event or a record: only names and hosts.
 
 This is the one place a setting is refused, whoever sent it (``tkbox run``, ``tkbox.yaml``, the console's form):
-settings for a door that is not built yet (``allow``, ``secrets``) are refused here, not accepted and ignored.
+settings for a door that is not built yet (``secrets``) are refused here, not accepted and ignored. ``allow`` is
+the egress allowlist (``egress/allowlist.py``, presets expanded here: the box holds their entries) and ``resolve``
+its pinned names (``egress/pins.py``).
 """
 
 from __future__ import annotations
@@ -20,6 +22,9 @@ from typing import Any
 import yaml
 
 from .. import limits
+from ..egress.allowlist import Allowlist, EntryError
+from ..egress.pins import PinError, parse_pins
+from ..egress.presets import UnknownPreset, expand
 
 NAME = re.compile(r"^[a-z0-9][a-z0-9-]{0,62}\Z", re.ASCII)
 HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?)*(:\d{1,5})?\Z", re.ASCII)
@@ -30,10 +35,9 @@ LIMIT_FIELDS = {
     "exec_timeout": limits.EXEC_TIMEOUT, "execs": limits.EXECS_PER_BOX,
     "workspace_files": limits.WORKSPACE_FILES, "workspace_bytes": limits.WORKSPACE_BYTES,
 }
-SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "secrets", "limits", "task"}
+SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "resolve", "secrets", "limits", "task"}
 SIZE = re.compile(r"^(\d{1,12})([KMG]i?B?|B)?\Z", re.IGNORECASE | re.ASCII)
 DOORS_NOT_BUILT = {  # setting -> (why it cannot be honoured yet, the tkbox run flag that sets it)
-    "allow": ("the network door is not built yet: a box has no network at all, so no host can be allowed", "--allow"),
     "secrets": ("the secret door is not built yet: a box cannot be given a secret", "--secret"),
 }
 
@@ -63,6 +67,8 @@ class BoxSettings:
     secrets: tuple[Secret, ...] = ()
     limits: dict[str, int] = field(default_factory=dict)
     task: str = ""
+    allow_presets: tuple[str, ...] = ()  # the presets ``allow`` named (their entries are in ``allow``)
+    resolve: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pinned name -> addresses
 
     def limit(self, key: str) -> int:
         return self.limits.get(key, LIMIT_FIELDS[key].default)
@@ -74,6 +80,8 @@ class BoxSettings:
             "workspace": str(self.workspace),
             "image": self.image,
             "allow": list(self.allow),
+            "allow_presets": list(self.allow_presets),
+            "resolve": {name: list(addresses) for name, addresses in self.resolve.items()},
             "secrets": [{"name": s.name, "hosts": list(s.hosts), "header": s.header} for s in self.secrets],
             "limits": {key: self.limit(key) for key in LIMIT_FIELDS},
         }
@@ -116,15 +124,28 @@ def parse_settings(raw: dict[str, Any], *, default_name: str, environ: dict[str,
     for key, (why, flag) in DOORS_NOT_BUILT.items():
         if raw.get(key):
             raise SettingsError(key, f"{why}; leave it out (tkbox run {flag}, {key}: in tkbox.yaml)")
-    allow = raw.get("allow", [])
-    if not isinstance(allow, list) or not all(isinstance(h, str) and HOST.match(h.lower()) for h in allow):
-        raise SettingsError("allow", "a list of host names (host, host:port or *.host)")
+    allow, allow_presets = _parse_allow(raw.get("allow", []))
+    try:
+        resolve = parse_pins(raw.get("resolve", {}))
+    except PinError as exc:
+        raise SettingsError("resolve", str(exc)) from None
     secrets = tuple(_parse_secret(spec, environ) for spec in _as_list("secrets", raw.get("secrets", [])))
     box_limits = _parse_limits(raw.get("limits", {}))
     task = raw.get("task", "")
     if not isinstance(task, str) or len(task) > 64 * 1024:
         raise SettingsError("task", "the task is text of at most 64 KiB")
-    return BoxSettings(name, workspace_path, image, tuple(h.lower() for h in allow), secrets, box_limits, task)
+    return BoxSettings(name, workspace_path, image, allow, secrets, box_limits, task, allow_presets, resolve)
+
+
+def _parse_allow(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The allowlist's entries (canonical texts, presets expanded) and the presets named."""
+    if not isinstance(value, list) or not all(isinstance(item, str) for item in value):
+        raise SettingsError("allow", "a list of hosts: host, host:port, *.host, an IP address or preset:NAME")
+    try:
+        texts, presets = expand(value)
+        return tuple(Allowlist.parse(texts).texts()), presets
+    except (EntryError, UnknownPreset) as exc:
+        raise SettingsError("allow", str(exc)) from None
 
 
 def _as_list(field_name: str, value: Any) -> list[Any]:

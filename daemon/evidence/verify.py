@@ -40,6 +40,7 @@ from .verify_checks import (
     check_manifest,
     check_policy,
 )
+from .verify_counts import count_run
 from .verify_inclusion import ProofsError, parse_proofs
 from .verify_pool import PARALLEL_MIN_RECORDS, RecordCheck
 from .verify_records import RecordFacts
@@ -124,7 +125,7 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
         for check in (check_keys, check_signatures, check_run_chain, check_inclusion, check_run_closed, check_policy,
                       check_approvals):
             checks.append(check(evidence))
-        return conclude(checks, assurance_of(evidence))
+        return conclude(checks, assurance_of(evidence), count_run(evidence.run_facts))
     finally:
         record_check.close()  # the workers have been exiting meanwhile
 

@@ -47,7 +47,8 @@ def check_approvals(evidence: Evidence) -> CheckResult:
         if data is None:
             continue
         if fact.type == "policy.decision":
-            asks.add(data["decision_id"])
+            if data["verdict"] == "ask":
+                asks.add(data["decision_id"])
         elif fact.type == "tool.result" and data["decision_id"] in asks:
             results.setdefault(data["decision_id"], fact)
         elif fact.type == "capture.gap":

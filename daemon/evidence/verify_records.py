@@ -257,10 +257,10 @@ def header_bytes(event_hash: str, kid: str, log_id: str, prev_hash: str, run_id:
 
 def kept_data(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
     """What the later checks read of a record's data: all of it for run.registered, run.closed and signer.epoch;
-    for the approvals check, the id of an ask decision, the decision id of a tool.result and of an
-    executed_against_policy gap, and the plain fields of a tkbox.approval observation; else None.  Kept small, as
-    the facts of a big bundle come back from pool workers.  Never raises, whatever the data (a record whose data
-    fails its schema fails signatures, and then the approvals check does not read it)."""
+    for the approvals check and the counts (``verify_counts``), a decision's id, verdict and tool, the decision id
+    of a tool.result and of an executed_against_policy gap, and the plain fields of a tkbox.approval observation;
+    else None.  Kept small, as the facts of a big bundle come back from pool workers.  Never raises, whatever the
+    data (a record whose data fails its schema fails signatures, and then the approvals check does not read it)."""
     if kind in _WHOLE_DATA_TYPES:
         return data
     decision_id = data.get("decision_id")
@@ -270,7 +270,9 @@ def kept_data(kind: str, data: dict[str, Any]) -> dict[str, Any] | None:
     if kind == "tool.result":
         return {"decision_id": decision_id}
     if kind == "policy.decision":
-        return {"decision_id": decision_id, "verdict": "ask"} if data.get("verdict") == "ask" else None
+        verdict, tool = data.get("verdict"), data.get("tool")
+        return {"decision_id": decision_id, "verdict": sys.intern(verdict) if isinstance(verdict, str) else "",
+                "tool": sys.intern(tool) if isinstance(tool, str) else ""}
     if kind == "capture.gap":
         return {"decision_id": decision_id} if data.get("kind") == EXECUTED_AGAINST_POLICY else None
     if kind == "input.observed" and data.get("source") == approval_record.SOURCE:

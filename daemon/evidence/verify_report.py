@@ -6,15 +6,18 @@ Text output, one line per check, then the verdict::
     …
     Integrity: VERIFIED.
     Assurance: dev; records ed25519; checkpoint ed25519 (tkbox.local/…); signer same-user
+    Counts: 9 decisions (8 allow, 1 ask); 1 approval (1 approve); 8 execs; 1 write
 
 A failed verdict names the first failing check and, when a record is to blame, its
-``seq`` and ``run_seq``.
+``seq`` and ``run_seq``; it has no counts (``verify_counts``).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from typing import Any
+
+from .verify_counts import RunCounts
 
 PASS, FAIL, SKIP = "PASS", "FAIL", "SKIP"
 
@@ -100,6 +103,8 @@ class VerifyReport:
     integrity: str
     exit_code: int
     assurance: str | None = None
+    counts: RunCounts | None = None
+    """What the run holds, counted; only for a VERIFIED bundle."""
 
     @property
     def first_failure(self) -> Failure | None:
@@ -123,6 +128,7 @@ class VerifyReport:
             "assurance": self.assurance,
             "checks": [check.to_json() for check in self.checks],
             "first_failure": failure.to_json() if failure else None,
+            "counts": self.counts.to_json() if self.counts else None,
         }
 
     def render_text(self) -> str:
@@ -133,11 +139,13 @@ class VerifyReport:
         if failure is not None:
             lines.append(f"First failure: {failure.describe()}")
         lines.append(f"Assurance: {self.assurance}" if self.assurance else "Assurance: none (integrity not verified)")
+        lines.append(self.counts.line() if self.counts else "Counts: none (integrity not verified)")
         return "\n".join(lines) + "\n"
 
 
-def conclude(checks: list[CheckResult], assurance: str | None) -> VerifyReport:
-    """Integrity and exit code from the check results (every check listed, in order)."""
+def conclude(checks: list[CheckResult], assurance: str | None, counts: RunCounts | None = None) -> VerifyReport:
+    """Integrity and exit code from the check results (every check listed, in order); ``counts`` are kept only
+    when integrity is VERIFIED."""
     by_name = {check.name: check for check in checks}
     ordered = tuple(by_name.get(name) or skipped(name, "not run") for name in CHECK_NAMES)
     if ordered[0].status != PASS:
@@ -145,7 +153,7 @@ def conclude(checks: list[CheckResult], assurance: str | None) -> VerifyReport:
     if ordered[1].status != PASS:
         return VerifyReport(ordered, UNUSABLE_BUNDLE, EXIT_UNUSABLE)
     if all(check.status == PASS for check in ordered) and assurance:
-        return VerifyReport(ordered, VERIFIED, EXIT_VERIFIED, assurance)
+        return VerifyReport(ordered, VERIFIED, EXIT_VERIFIED, assurance, counts)
     if not any(check.status == FAIL for check in ordered):
         # A check that did not pass without any failure would be a verifier bug: never call it verified.
         first = next((i for i, check in enumerate(ordered) if check.status != PASS), len(ordered) - 1)

@@ -52,6 +52,7 @@ from .frames import (
 )
 from .schemas import (
     ALLOWED_SIGNALS,
+    BOOT_PATH_DEFAULTS,
     CHANGES,
     DEFAULT_WINSIZE,
     GIT_MODES,
@@ -73,6 +74,7 @@ from .strict_json import (
 
 __all__ = [
     "ALLOWED_SIGNALS",
+    "BOOT_PATH_DEFAULTS",
     "CHANGES",
     "CreditWindow",
     "DATA",

@@ -17,6 +17,11 @@ ALLOWED_SIGNALS = frozenset({1, 2, 9, 15})  # SIGHUP, SIGINT, SIGKILL, SIGTERM
 CHANGES = ("added", "modified", "deleted", "mode")
 GIT_MODES = ("100644", "100755", "120000")
 MAX_FILES_READ = 64 << 20
+BOOT_PATH_DEFAULTS = {  # optional paths of the boot config, and where they are in a box when it names none
+    "base_dir": "/run/tkbox/base",
+    "upper_dir": "/run/tkbox/upper",
+    "egress_socket": "/run/tkbox/egress.sock",
+}
 
 _ERROR_CODE = re.compile(r"[A-Z][A-Z0-9_]{0,31}")
 _SHA256 = re.compile(r"sha256:[0-9a-f]{64}")
@@ -223,11 +228,10 @@ def validate_boot(obj: Any) -> dict[str, Any]:
     what = "boot config"
     if type(obj) is not dict:
         raise ProtocolError(f"{what} must be an object")
-    _keys(obj, {"box_id", "env", "workspace", "agent_socket", "limits", "clock"}, {"base_dir", "upper_dir", "job"},
-          what)
+    _keys(obj, {"box_id", "env", "workspace", "agent_socket", "limits", "clock"}, {*BOOT_PATH_DEFAULTS, "job"}, what)
     _text(obj["box_id"], f"{what}: box_id", max_bytes=128)
     _env(obj["env"], f"{what}: env")
-    for key in ("workspace", "agent_socket", "base_dir", "upper_dir"):
+    for key in ("workspace", "agent_socket", *BOOT_PATH_DEFAULTS):
         if key in obj:
             path = _text(obj[key], f"{what}: {key}", max_bytes=4096)
             if not path.startswith("/"):
@@ -249,4 +253,4 @@ def validate_boot(obj: Any) -> dict[str, Any]:
         home = _text(job["home"], f"{what}: job: home", max_bytes=4096)
         if not home.startswith("/"):
             raise ProtocolError(f"{what}: job: home must be an absolute path")
-    return {"base_dir": "/run/tkbox/base", "upper_dir": "/run/tkbox/upper", **obj}
+    return {**BOOT_PATH_DEFAULTS, **obj}

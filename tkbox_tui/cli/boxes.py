@@ -1,7 +1,8 @@
 """``tkbox run | exec | ls | stop | rm | diff | events``: boxes from the command line, through the daemon's API.
 
 ``tkbox exec`` has its own module (``exec_command``), and so have the approvals (``approvals``: ``approvals``,
-``approve``, ``reject``, ``forget``); the rest are here.  Every command reports a failure through
+``approve``, ``reject``, ``forget``) and the egress allowlist (``allowlist``: ``allow``, ``block``, ``allowlist``);
+the rest are here.  Every command reports a failure through
 ``report`` (one line on stderr, or a JSON error object on stdout with ``--json``).
 """
 
@@ -19,7 +20,7 @@ from tkbox_daemon.wire import BoxInfo, Event
 
 from ..client import DaemonError
 from ..terminal_text import safe_lines, safe_text
-from . import approvals
+from . import allowlist, approvals
 from .apply import apply_main
 from .daemon_refusals import daemon_client, from_daemon
 from .exec_command import EXIT_DENIED, RawTerminal, _drive_exec, exec_main  # noqa: F401  (tests drive these here)
@@ -49,8 +50,11 @@ def _run_parser() -> CliParser:
     parser.add_argument("--workspace", help="the checkout to work on (default: tkbox.yaml's, else .)")
     parser.add_argument("--image", help="host (default) or dir:PATH, a prepared root directory")
     parser.add_argument("--allow", action="append", default=None, metavar="HOST",
-                        help="egress to HOST, for the network door, which is not built yet: refused (a box has no "
-                             "network at all)")
+                        help="let the box reach HOST through its egress proxy (repeat it): " + allowlist.ENTRY_HELP
+                             + ". Without it nothing is allowed: every connection waits for a person")
+    parser.add_argument("--resolve", action="append", default=None, metavar="NAME=ADDR",
+                        help="pin NAME to ADDR (repeat it, or NAME=ADDR,ADDR) instead of the host's resolver, for "
+                             "air-gapped hosts and tests; a pinned address passes the same checks")
     parser.add_argument("--secret", action="append", default=None, metavar="NAME=env:VAR@HOST",
                         help="a secret for the secret door, which is not built yet: refused. Once built, VAR is "
                              "read from the environment of whoever runs tkbox run, and the box sees only a "
@@ -86,6 +90,8 @@ def build_settings(args: argparse.Namespace) -> dict[str, Any]:
     settings["workspace"] = str(Path(args.workspace or settings.get("workspace") or ".").resolve())
     if args.allow:
         settings["allow"] = args.allow
+    if args.resolve:
+        settings["resolve"] = args.resolve
     if args.secret:
         settings["secrets"] = args.secret
     box_limits = settings.get("limits") or {}
@@ -108,6 +114,8 @@ async def _run(argv: list[str]) -> int:
     async with daemon_client() as client:
         info = await client.create_box(settings)
     _print_box(info, args.json)
+    if not args.json:
+        print("\n".join(allowlist.start_lines(info)))
     return 0
 
 
@@ -225,6 +233,7 @@ COMMANDS = {
     "apply": lambda argv: apply_main(argv),
     "events": _events,
     **approvals.COMMANDS,
+    **allowlist.COMMANDS,
 }
 
 

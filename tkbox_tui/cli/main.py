@@ -39,6 +39,8 @@ commands:
   approvals            list the approvals waiting for a person (--follow to keep printing)
   approve | reject ID  answer one (approve --remember; reject --reason TEXT)
   forget BOX RULE_ID   remove a rule approve --remember added to a box
+  allow | block BOX HOST…  change a running box's egress allowlist (block --all: the kill switch)
+  allowlist BOX        show a box's egress allowlist
   signer …             serve | up | down | status | trust | export   (tkbox signer --help)
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
@@ -86,7 +88,8 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "demo": _demo,
     "daemon": daemon_side.daemon,
     **{name: _box(name) for name in ("run", "exec", "ls", "stop", "rm", "diff", "apply", "export", "events",
-                                                "approvals", "approve", "reject", "forget")},
+                                                "approvals", "approve", "reject", "forget", "allow", "block",
+                                                "allowlist")},
     "signer": daemon_side.signer,
     "verify": daemon_side.verify,
     "policy": daemon_side.policy,

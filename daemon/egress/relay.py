@@ -1,0 +1,229 @@
+"""Moving a tunnel's bytes between a box client and its upstream, counted, bounded, both directions at once.
+
+``relay`` copies each direction until its EOF (then half-closes the other side's write end), and returns the bytes
+carried up (client → upstream) and down. A side whose writes are not taken slows its sender instead of growing a
+buffer. ``idle`` bounds how long both directions may stay silent together; the caller bounds the whole
+connection's life. It ends early when either connection is lost.
+
+Two ways, one behaviour:
+
+- Socket transports (every connection the proxy relays: the box's Unix connection and the upstream's TCP one): the
+  relay holds both transports for the tunnel's life (``_Tunnel``). Each chunk a transport reads goes straight to the
+  other transport's ``write``; when a transport's write buffer passes its high-water mark, asyncio's flow control
+  pauses reading on the other side until it drains below the low-water mark. No coroutine runs per chunk and no
+  chunk is copied through a ``StreamReader``: this halved the proxy's CPU per byte (docs/performance.md). The bytes
+  a ``StreamReader`` had already read when the tunnel opened go first: reading them is the relay's one use of the
+  reader's private state (CPython's ``StreamReader._buffer``), and a reader without it is relayed the other way.
+  An EOF the reader had already seen is read again from the socket, which stays at EOF.
+- Anything else (a stream without a socket transport, as tests build): one coroutine per direction reads at most
+  ``CHUNK`` bytes and drains each write before the next read.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from dataclasses import dataclass, field
+
+from ..tasks import spawn
+
+CHUNK = 64 * 1024
+
+Side = tuple[asyncio.StreamReader, asyncio.StreamWriter]
+
+
+@dataclass
+class Counts:
+    up: int = 0
+    down: int = 0
+    last_activity: float = field(default=0.0)
+
+
+async def relay(client: Side, upstream: Side, *, idle: float, counts: Counts | None = None) -> Counts:
+    """Copy both ways until both ends have finished, either connection is lost, or nothing moved for ``idle``
+    seconds. Each side is a reader and the writer of the same connection."""
+    counts = counts or Counts()
+    counts.last_activity = asyncio.get_running_loop().time()
+    if _holdable(client) and _holdable(upstream):
+        await _Tunnel(client, upstream, counts).run(idle)
+    else:
+        await _pumps(client, upstream, counts, idle)
+    return counts
+
+
+# ---- socket transports: the relay holds them ---------------------------------------------------------------------
+
+def _holdable(side: Side) -> bool:
+    reader, writer = side
+    transport = getattr(writer, "transport", None)
+    return (isinstance(transport, asyncio.Transport) and transport.get_extra_info("socket") is not None
+            and not transport.is_closing() and isinstance(getattr(reader, "_buffer", None), bytearray))
+
+
+class _End(asyncio.Protocol):
+    """One connection's transport while the tunnel holds it: what it reads goes to the other end's transport, and
+    its write buffer's flow control pauses and resumes reading on the other end."""
+
+    def __init__(self, tunnel: _Tunnel, reader: asyncio.StreamReader, writer: asyncio.StreamWriter,
+                 upward: bool) -> None:
+        self.tunnel, self.reader, self.upward = tunnel, reader, upward
+        self.transport: asyncio.Transport = writer.transport  # type: ignore[assignment]
+        self.original = self.transport.get_protocol()
+        self.peer: _End = self
+        self.eof = False  # nothing more comes from this end
+        self.held_back = False  # the other end's write buffer is full: this end is not read
+
+    # what the transport tells its protocol
+    def data_received(self, data: bytes) -> None:
+        self.tunnel.carry(self, data)
+
+    def eof_received(self) -> bool:
+        self.tunnel.ended(self)
+        return True  # keep the connection: the other direction may still be sending (half-close)
+
+    def pause_writing(self) -> None:
+        self.peer.held_back = True
+        self.peer.transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        self.peer.held_back = False
+        if not self.peer.eof:
+            self.peer.transport.resume_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.tunnel.lost()
+        self.original.connection_lost(exc)  # the stream's writer and reader learn it as if they had held it
+
+
+class _Tunnel:
+    """Both ends of one tunnel, from the moment the relay takes their transports until it hands them back."""
+
+    def __init__(self, client: Side, upstream: Side, counts: Counts) -> None:
+        self.loop = asyncio.get_running_loop()
+        self.counts = counts
+        self.client = _End(self, client[0], client[1], upward=True)
+        self.upstream = _End(self, upstream[0], upstream[1], upward=False)
+        self.client.peer, self.upstream.peer = self.upstream, self.client
+        self.writers = (client[1], upstream[1])
+        self.finished = self.loop.create_future()
+
+    async def run(self, idle: float) -> None:
+        try:
+            await self._flush(idle)
+            self._take_over()
+            while not self.finished.done():
+                remaining = self.counts.last_activity + idle - self.loop.time()
+                if remaining <= 0:
+                    break
+                await asyncio.wait({self.finished}, timeout=remaining)
+        except (ConnectionError, OSError, TimeoutError):
+            pass
+        finally:
+            self._hand_back()
+
+    async def _flush(self, idle: float) -> None:
+        """Let whatever the streams still buffer for writing go out, so the tunnel starts with no writer paused
+        under the streams' protocols (the new ones could not know it)."""
+        for writer in self.writers:
+            transport = writer.transport
+            if transport.get_write_buffer_size():
+                low, high = transport.get_write_buffer_limits()
+                transport.set_write_buffer_limits(high=0)
+                try:
+                    await asyncio.wait_for(writer.drain(), idle)
+                finally:
+                    if not transport.is_closing():
+                        transport.set_write_buffer_limits(high=high, low=low)
+
+    def _take_over(self) -> None:
+        ends = (self.client, self.upstream)
+        for end in ends:
+            end.transport.pause_reading()  # nothing more goes into the stream's reader
+            end.transport.set_protocol(end)
+        for end in ends:
+            buffered = bytes(end.reader._buffer)  # the stream reader's state: see the module's docstring
+            end.reader._buffer.clear()
+            if buffered:
+                self.carry(end, buffered)
+        for end in ends:
+            if not (end.held_back or self.finished.done()):
+                end.transport.resume_reading()  # an EOF the stream had read comes again: a socket stays at EOF
+
+    def carry(self, source: _End, data: bytes) -> None:
+        sink = source.peer.transport
+        if sink.is_closing():
+            self.lost()
+            return
+        sink.write(data)
+        self.counts.last_activity = self.loop.time()
+        if source.upward:
+            self.counts.up += len(data)
+        else:
+            self.counts.down += len(data)
+
+    def ended(self, source: _End) -> None:
+        if source.eof:
+            return
+        source.eof = True
+        sink = source.peer.transport
+        with contextlib.suppress(OSError, RuntimeError):
+            if not sink.is_closing() and sink.can_write_eof():
+                sink.write_eof()
+        if source.peer.eof:
+            self._finish()
+
+    def lost(self) -> None:
+        for end in (self.client, self.upstream):
+            end.transport.pause_reading()
+        self._finish()
+
+    def _finish(self) -> None:
+        if not self.finished.done():
+            self.finished.set_result(None)
+
+    def _hand_back(self) -> None:
+        for end in (self.client, self.upstream):
+            if end.transport.get_protocol() is end:
+                end.transport.pause_reading()
+                end.transport.set_protocol(end.original)
+                if end.eof:
+                    end.reader.feed_eof()
+
+
+# ---- anything else: a coroutine per direction ---------------------------------------------------------------------
+
+async def _pump(reader: asyncio.StreamReader, writer: asyncio.StreamWriter, counts: Counts, upward: bool) -> None:
+    loop = asyncio.get_running_loop()
+    try:
+        while True:
+            data = await reader.read(CHUNK)
+            if not data:
+                break
+            writer.write(data)
+            await writer.drain()
+            counts.last_activity = loop.time()
+            if upward:
+                counts.up += len(data)
+            else:
+                counts.down += len(data)
+    except (ConnectionError, OSError):
+        pass
+    finally:
+        with contextlib.suppress(OSError, RuntimeError):
+            if writer.can_write_eof():
+                writer.write_eof()
+
+
+async def _pumps(client: Side, upstream: Side, counts: Counts, idle: float) -> None:
+    up = spawn(_pump(client[0], upstream[1], counts, True), name="egress-up")
+    down = spawn(_pump(upstream[0], client[1], counts, False), name="egress-down")
+    try:
+        while not (up.done() and down.done()):
+            remaining = counts.last_activity + idle - asyncio.get_running_loop().time()
+            if remaining <= 0:
+                break
+            await asyncio.wait({task for task in (up, down) if not task.done()}, timeout=remaining)
+    finally:
+        for task in (up, down):
+            task.cancel()
+        await asyncio.gather(up, down, return_exceptions=True)
