@@ -4,8 +4,11 @@ the same process (the same with no other events).
 
     .venv/bin/python bench/console.py [--seconds 3] [--rate 20000] [--prompts 100]
 
-Headless (``run_test``) with the tests' ``FakeDaemonClient``: it measures the console, not the daemon.  Goals: nothing
-dropped, key latency under 50 ms, the prompt on screen within 100 ms of its event at the 95th percentile.
+Headless (``run_test``) with the tests' ``FakeDaemonClient``: it measures the console, not the daemon (nor the
+client's parsing of the stream: the fake hands over ``Event`` objects).  The console runs as ``run_console`` runs it
+(``gc_tuning``).  Goals: nothing dropped, key latency under 50 ms, the prompt on screen within 100 ms of its event
+at the 95th percentile.  It prints the load average before and after: on a shared machine, compare a run with its
+own baselines and with runs at a similar load (docs/performance.md).
 """
 
 from __future__ import annotations
@@ -47,10 +50,16 @@ async def _wait(condition, timeout: float = 60.0) -> None:
         await asyncio.sleep(0.001)
 
 
+def console_settings(config: Path) -> Any:
+    """The tests' quiet settings, with the renders and the heap of the console as ``run_console`` runs it."""
+    return quiet_settings(config, render_interval=0.1, freeze_startup_heap=True)
+
+
 async def key_latencies(*, rate: int, seconds: float, presses: int, config: Path) -> tuple[list[float], int, int]:
     """Key-press → action latencies (seconds) while ``rate`` events/s stream; returns (latencies, sent, received)."""
     fake = FakeDaemonClient(two_boxes())
-    app = make_app(fake, settings=quiet_settings(config, render_interval=0.1), clock=fixed_clock)
+    fake.history = collections.deque(maxlen=1000)  # type: ignore[assignment]  # see prompt_latencies
+    app = make_app(fake, settings=console_settings(config), clock=fixed_clock)
     handled: list[float] = []
     original = app.action_toggle_scope
 
@@ -65,15 +74,14 @@ async def key_latencies(*, rate: int, seconds: float, presses: int, config: Path
         await _wait(lambda: fake.stream_opened.is_set())
 
         async def produce() -> None:
+            """``rate`` events/s for ``seconds``, caught up every 10 ms (as ``prompt_latencies`` offers them)."""
             nonlocal sent
-            tick = 0.01
-            per_tick = max(1, int(rate * tick))
-            end = time.perf_counter() + seconds
-            while rate and time.perf_counter() < end:
-                for _ in range(per_tick):
+            began = time.perf_counter()
+            while rate and (elapsed := time.perf_counter() - began) < seconds:
+                for _ in range(int(rate * elapsed) - sent):
                     sent += 1
                     fake.live.put_nowait(make_event(sent, "b1" if sent % 2 else "b2", "exec.finished", exit_code=0))
-                await asyncio.sleep(tick)
+                await asyncio.sleep(0.01)
 
         async def press() -> None:
             interval = seconds / (presses + 1)
@@ -111,7 +119,7 @@ async def prompt_latencies(*, rate: int, prompts: int, config: Path) -> tuple[li
     # The fake keeps every event it streamed (a reconnect replays them); the daemon does that, not the console,
     # and a few hundred thousand events kept in this process would make its garbage collections the measure.
     fake.history = collections.deque(maxlen=1000)  # type: ignore[assignment]
-    app = make_app(fake, settings=quiet_settings(config, render_interval=0.1), clock=fixed_clock)
+    app = make_app(fake, settings=console_settings(config), clock=fixed_clock)
     app.bell = lambda: None  # type: ignore[method-assign]
     drawn: list[float] = []
     shown: set[Any] = set()
@@ -167,6 +175,14 @@ async def prompt_latencies(*, rate: int, prompts: int, config: Path) -> tuple[li
     return latencies, offered
 
 
+def load_average() -> str:
+    """The 1-, 5- and 15-minute load averages (the machine may be shared: docs/performance.md gives them)."""
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
 def percentile(samples: list[float], fraction: float) -> float:
     """The nearest-rank percentile (``fraction`` 0.95: the 95th)."""
     ordered = sorted(samples)
@@ -198,6 +214,7 @@ async def main() -> int:
     config = Path("/nonexistent-tkbox-bench-config")
     tune_garbage_collector()  # as run_console runs the console
     print(f"machine: {machine()}")
+    print(f"load average before: {load_average()}")
     baseline, _, _ = await key_latencies(rate=0, seconds=args.seconds, presses=args.presses, config=config)
     loaded, sent, received = await key_latencies(rate=args.rate, seconds=args.seconds, presses=args.presses,
                                                  config=config)
@@ -207,7 +224,8 @@ async def main() -> int:
     base_ms = statistics.median(baseline) * 1000
     load_ms = statistics.median(loaded) * 1000
     worst_ms = max(loaded) * 1000
-    print(f"key latency, no events:         median {base_ms:6.2f} ms")
+    print(f"load average after: {load_average()}")
+    print(f"key latency, no events:         median {base_ms:6.2f} ms, max {max(baseline) * 1000:6.2f} ms")
     print(f"key latency, {args.rate} events/s: median {load_ms:6.2f} ms, max {worst_ms:6.2f} ms "
           f"(x{load_ms / base_ms:.1f} the baseline)")
     print(f"stream: {sent / args.seconds:,.0f} events/s actually offered over {args.seconds:.0f} s")

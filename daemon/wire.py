@@ -259,10 +259,12 @@ class ExecOutput:
         return cls(ExecInfo.from_json(value["exec"]), *streams)
 
 
-APPROVAL_KINDS = ("exec", "write")
+APPROVAL_KINDS = ("exec", "write", "host")
 """What an approval holds: ``exec`` (a command the policy answered ``ask``: ``asked`` is ``{command, cwd, tty}``)
 or ``write`` (a file of a box's patch that ``tkbox apply`` would write: ``asked`` is ``{path, action}`` and
-``old_path`` for a rename or copy; ``program`` is ``Write``); the network door adds ``host``."""
+``old_path`` for a rename or copy; ``program`` is ``Write``) or ``host`` (a connection whose host is not on the
+box's allowlist, TK-A008: ``asked`` is ``{host, port, url, because}``, ``context`` ``{execs_running}``; ``program``
+is the host, so a remembered rule is per host)."""
 
 APPROVAL_STATES = ("pending", "approved", "rejected", "expired", "withdrawn", "lost")
 """``pending``: waiting for a person; ``approved``/``rejected``: a person answered (``answered_by``), or a

@@ -48,7 +48,8 @@ def test_a_connect_from_inside_the_box_reaches_the_daemon_and_gets_the_doors_403
     assert result.returncode == 0, result.stderr
     answer = result.stdout.decode()
     assert answer.startswith("HTTP/1.1 403 Forbidden\r\n")
-    assert "the network door is not enabled for this box" in answer
+    # the proxy refuses the special-use name before anything is decided or dialled
+    assert "tkbox egress door refused this connection of box egress" in answer and "rule: host-special-use" in answer
 
 
 def test_every_exec_has_the_proxy_environment(box):

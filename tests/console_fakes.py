@@ -7,18 +7,42 @@ Approvals as the daemon keeps them: ``fake.ask(approval)`` opens a pending one a
 ``approval.pending``; ``answer_approval`` answers it as the daemon does (409 when it is no longer pending) and streams
 ``approval.answered``; ``fake.hold(program)`` makes an exec of that program wait for an approval, as an ``ask``
 does, and go on (or be denied) when it is answered.  ``fake.emit`` numbers events after every one sent so far.
+
+The changes door as the daemon runs it: ``fake.previews[box id]`` is the dry run's report (``make_preview``) and
+``fake.patches[box id]`` the patch's bytes; ``apply`` decides from the preview as the daemon does — sensitive files
+without ``allow_sensitive``, a denied file or a stale checkout refuse it all; each ``ask`` opens a ``write``
+approval (streamed as ``approval.pending``, yielded as held) and the apply waits for its answer.
+``fake.bundles[box id]`` is what ``export_bundle`` streams (in chunks, with progress) and ``fake.trust_document``
+what ``trust`` gives.
+
+The network door: ``fake.emit(box, "egress.allowed", url=…, address=…)`` and the other ``egress.*`` kinds stream the
+proxy's events; ``fake.allowlists[box id]`` is the box's list, which ``change_allowlist`` changes (streaming
+``egress.allowlist``), and ``fake.would_let_through[box id]`` the box's attempts that an allow of their host
+answers it would have let through.
 """
 
 from __future__ import annotations
 
 import asyncio
+import hashlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
-from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, OutputTail, RememberedRule
+from tkbox_daemon.wire import (
+    ApprovalInfo,
+    BoxInfo,
+    Event,
+    ExecInfo,
+    ExecOutput,
+    OutputTail,
+    RememberedRule,
+    RunExport,
+)
+from tkbox_daemon.wire_apply import ApplyFile, ApplyReport
+from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 from tkbox_tui.client import DaemonError, DaemonUnreachable
 
 DROP_STREAM = object()
@@ -175,6 +199,26 @@ class FakeDaemonClient:
         self.held_programs: set[str] = set()
         self.held_calls: dict[str, FakeExecCall] = {}
         """The exec waiting for each pending approval (``hold``)."""
+        self.settled: dict[str, asyncio.Event] = {}
+        """Set when an approval settles (an apply waits on it)."""
+        self.previews: dict[str, ApplyReport] = {}
+        """The dry run of each box's apply, by box id (``apply_preview``; ``apply`` decides from it)."""
+        self.patches: dict[str, bytes] = {}
+        """Each box's saved patch, by box id (``diff_patch``)."""
+        self.apply_errors: dict[str, DaemonError] = {}
+        """What ``apply_preview`` and ``apply`` raise for a box id, instead of answering."""
+        self.bundles: dict[str, bytes] = {}
+        """Each box's exported run, by box id (``export_bundle``)."""
+        self.trust_document: dict[str, Any] = {}
+        """What ``trust`` answers."""
+        self.export_error: DaemonError | None = None
+        """What ``export_bundle`` raises after sending half of the bundle, instead of finishing."""
+        self.allowlists: dict[str, list[str]] = {}
+        """Each box's egress allowlist entries, by box id (``allowlist``/``change_allowlist``)."""
+        self.would_let_through: dict[str, list[dict[str, Any]]] = {}
+        """What an ``allow`` of a box answers it would have let through (the daemon's replay), by box id."""
+        self.allowlist_errors: dict[str, DaemonError] = {}
+        """What ``change_allowlist`` raises for a box id, instead of answering."""
         self._seq = 0
 
     # -- approvals ------------------------------------------------------------------------------------------
@@ -204,6 +248,7 @@ class FakeDaemonClient:
         call = self.held_calls.pop(approval_id, None)
         if call is not None:
             call.release(settled)
+        self.settled.setdefault(approval_id, asyncio.Event()).set()
         return settled
 
     def hold(self, program: str) -> None:
@@ -324,6 +369,140 @@ class FakeDaemonClient:
     def _box_id(self, ref: str) -> str:
         return next((box.id for box in self.box_list if ref in (box.id, box.name)), ref)
 
+    # -- the changes door -------------------------------------------------------------------------------------
+
+    async def diff_patch(self, ref: str) -> bytes:
+        self.calls.append(("diff_patch", ref))
+        patch = self.patches.get(self._box_id(ref))
+        if patch is None:
+            raise DaemonError("no_patch", f"box {ref} has no saved patch", 404)
+        return patch
+
+    async def apply_preview(self, ref: str, *, only: list[str] | None = None) -> ApplyReport:
+        self.calls.append(("apply_preview", ref))
+        return self._preview(ref)
+
+    def _preview(self, ref: str) -> ApplyReport:
+        box_id = self._box_id(ref)
+        if box_id in self.apply_errors:
+            raise self.apply_errors[box_id]
+        if box_id not in self.previews:
+            raise DaemonError("no_patch", f"box {ref} has no saved patch (it was stopped before one was saved)", 404)
+        return self.previews[box_id]
+
+    async def apply(self, ref: str, *, dry_run: bool = False, only: list[str] | None = None,
+                    allow_sensitive: bool = False) -> AsyncIterator[ApplyReport | tuple[str, ApprovalInfo]]:
+        """As the daemon: refuse it all for a sensitive file without ``allow_sensitive``, a denied file or a stale
+        checkout; else ask a person for each ``ask`` (held until answered); then write, or refuse on a reject."""
+        self.calls.append(("apply", ref, dry_run, None if only is None else tuple(only), allow_sensitive))
+        preview = self._preview(ref)
+        if dry_run:
+            yield preview
+            return
+        chosen = {file.path for file in preview.files} if only is None else set(only)
+        included = [file for file in preview.files if file.path in chosen]
+        refused: dict[str, str] = {}
+        for file in included:
+            if file.sensitive and not allow_sensitive:
+                refused[file.path] = f"sensitive ({file.sensitive}): needs allow_sensitive"
+            elif file.verdict == "deny":
+                refused[file.path] = f"denied by the policy: {file.reason}"
+            elif file.checkout != "matches":
+                refused[file.path] = f"the checkout changed: {file.checkout}"
+        approvals: dict[str, ApprovalInfo] = {}
+        if not refused:
+            box = next(box for box in self.box_list if box.id == preview.box_id)
+            for file in included:
+                if file.verdict == "ask":
+                    approval = make_approval(f"apr-{len(self.approval_list) + 1:016x}", box.id, box.name,
+                                             kind="write", asked={"path": file.path, "action": file.action},
+                                             program="Write", rule_ids=file.rule_ids, reason=file.reason, context={})
+                    approvals[file.path] = self.ask(approval)
+                    yield file.path, approval
+            for path, approval in approvals.items():
+                await self.settled.setdefault(approval.id, asyncio.Event()).wait()
+                answered = await self.approval(approval.id)
+                approvals[path] = answered
+                if answered.state != "approved":
+                    refused[path] = f"{answered.state} by {answered.answered_by}"
+        files = []
+        for file in preview.files:
+            approval_id = approvals[file.path].id if file.path in approvals else ""
+            if file.path not in chosen:
+                outcome, why = "declined", "left out by the operator"
+            elif file.path in refused:
+                outcome, why = "refused", refused[file.path]
+            else:
+                outcome, why = ("not_written", "the apply was refused") if refused else ("written", "")
+            files.append(replace(file, included=file.path in chosen, outcome=outcome, outcome_reason=why,
+                                 approval_id=approval_id, decision_id=f"dec-{len(files):032x}"))
+        status = "refused" if refused else "applied"
+        reason = f"{len(refused)} file(s) refused: nothing written" if refused else ""
+        yield replace(preview, status=status, files=tuple(files), reason=reason, run_id=f"run-{preview.box_id}")
+
+    async def export_bundle(self, ref: str, sink: Callable[[bytes], None],
+                            progress: Callable[[int, int], None] | None = None) -> RunExport:
+        """The box's bundle to ``sink`` in 4 KiB chunks, ``progress`` after each (``export_error`` breaks off)."""
+        self.calls.append(("export_bundle", ref))
+        box_id = self._box_id(ref)
+        data = self.bundles.get(box_id)
+        if data is None:
+            raise DaemonError("not_exportable", f"box {ref} has no run to export", 409, hint="stop it first")
+        for start in range(0, len(data), 4096):
+            if self.export_error is not None and start >= len(data) // 2:
+                raise self.export_error
+            sink(data[start:start + 4096])
+            if progress is not None:
+                progress(min(start + 4096, len(data)), len(data))
+        return RunExport(f"run-{box_id}", "sha256:" + hashlib.sha256(data).hexdigest(), len(data),
+                         "2025-03-01T12:00:00Z")
+
+    async def trust(self) -> dict[str, Any]:
+        self.calls.append(("trust",))
+        return self.trust_document
+
+    # -- the network door -------------------------------------------------------------------------------------
+
+    async def allowlist(self, ref: str) -> AllowlistInfo:
+        self.calls.append(("allowlist", ref))
+        box = await self.box(ref)
+        return AllowlistInfo(box.id, box.name, box.state, tuple(self.allowlists.get(box.id, [])))
+
+    async def change_allowlist(self, ref: str, action: str, items: list[str], *,
+                               dry_run: bool = False) -> AllowlistChangeInfo:
+        """As the daemon, for plain hosts: ``allow`` adds an entry (lifting its block), ``block`` removes the
+        entries of the host (any port); a real change (not ``dry_run``) streams ``egress.allowlist``."""
+        self.calls.append(("change_allowlist", ref, action, tuple(items), dry_run))
+        box = await self.box(ref)
+        if box.id in self.allowlist_errors:
+            raise self.allowlist_errors[box.id]
+        before = list(self.allowlists.get(box.id, []))
+        after, notes = list(before), []
+        for item in items:
+            if action == "allow":
+                after = [entry for entry in after if entry != "!" + item]
+                if item in after:
+                    notes.append(f"{item} was already allowed")
+                else:
+                    after.append(item)
+            else:
+                kept = [entry for entry in after if entry.rpartition(":")[0] != item and entry != item]
+                if len(kept) == len(after):
+                    notes.append(f"{item} was not allowed; nothing changed")
+                after = kept
+        added = tuple(entry for entry in after if entry not in before)
+        removed = tuple(entry for entry in before if entry not in after)
+        applied = bool(added or removed) and not dry_run
+        if applied:
+            self.allowlists[box.id] = after
+            self.emit(box.id, "egress.allowlist", action=action, by=ANSWERED_BY, added=list(added),
+                      removed=list(removed), presets=[], notes=notes, count=len(after), entries=after)
+        hosts = {item.rpartition(":")[0] if item.rpartition(":")[2].isdigit() else item for item in items}
+        through = tuple(attempt for attempt in self.would_let_through.get(box.id, [])
+                        if action == "allow" and attempt.get("host") in hosts)
+        return AllowlistChangeInfo(action, ANSWERED_BY, added, removed, applied,
+                                   AllowlistInfo(box.id, box.name, box.state, tuple(after)), (), tuple(notes), through)
+
     def exec(self, ref: str) -> FakeExecCall:
         call = FakeExecCall(self, ref)
         self.exec_calls.append(call)
@@ -331,6 +510,21 @@ class FakeDaemonClient:
 
     async def close(self) -> None:
         self.calls.append(("close",))
+
+
+def make_file(path: str, action: str = "modify", **extra: Any) -> ApplyFile:
+    """One file of a patch preview: a 1.0 KiB file grown to 1.2 KiB, allowed by ``TK-W001``, unless ``extra`` says
+    otherwise."""
+    values: dict[str, Any] = dict(path=path, action=action, old_size=None if action == "add" else 1024,
+                                  new_size=None if action == "delete" else 1229, verdict="allow",
+                                  rule_ids=("TK-W001",), reason="writes inside the checkout")
+    values.update(extra)
+    return ApplyFile(**values)
+
+
+def make_preview(box: BoxInfo, files: list[ApplyFile]) -> ApplyReport:
+    """The dry run of ``box``'s apply over ``files``."""
+    return ApplyReport(box.id, box.name, "dry_run", tuple(files), patch_sha256="ab" * 32)
 
 
 def quiet_settings(config_dir: Any = None, **overrides: Any) -> Any:

@@ -359,7 +359,7 @@ async def test_n_is_new_box_in_the_boxes_pane_and_next_match_in_the_event_log(tm
 async def test_help_lists_the_match_keys_from_any_pane_and_they_can_be_remapped(tmp_path):
     config_dir = tmp_path / "config"
     config_dir.mkdir()
-    (config_dir / "config.yaml").write_text("keymap:\n  log.previous_match: p\n")
+    (config_dir / "config.yaml").write_text("keymap:\n  log.previous_match: z\n")
     fake = FakeDaemonClient(two_boxes())
     app = make_app(fake, settings=quiet_settings(config_dir), clock=fixed_clock)
     async with app.run_test(size=(120, 40)) as pilot:
@@ -368,7 +368,7 @@ async def test_help_lists_the_match_keys_from_any_pane_and_they_can_be_remapped(
         assert {binding.id for binding in EventLog.BINDINGS} <= BINDING_IDS
         await pilot.press("question_mark")  # from the boxes pane: listed as the event log's
         rows = {binding_id: (keys, text) for keys, ids, text in app.screen.rows() for binding_id in ids.split(", ")}
-        assert rows["log.previous_match"] == ("p", "Previous match (in the event log)")
+        assert rows["log.previous_match"] == ("z", "Previous match (in the event log)")
         # n means New box here and Next match in the event log: one row says both (each key listed once)
         assert rows["box.new"] == rows["log.next_match"] == ("n", "New box; in the event log: Next match")
         await pilot.press("escape")
@@ -376,9 +376,9 @@ async def test_help_lists_the_match_keys_from_any_pane_and_they_can_be_remapped(
         await pilot.press("question_mark")  # from the event log: its own keys
         assert isinstance(app.screen, HelpScreen)
         rows = {binding_id: (keys, text) for keys, binding_id, text in app.screen.rows()}
-        assert rows["log.next_match"] == ("n", "Next match") and rows["log.previous_match"] == ("p", "Previous match")
+        assert rows["log.next_match"] == ("n", "Next match") and rows["log.previous_match"] == ("z", "Previous match")
         await pilot.press("escape")
-        await pilot.press("p")
+        await pilot.press("z")
         assert log.current_line == len(log.lines) - 1
 
 

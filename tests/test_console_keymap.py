@@ -7,14 +7,25 @@ from pathlib import Path
 from tests.console_fakes import FakeDaemonClient, fixed_clock, quiet_settings, two_boxes, wait_until
 from tkbox_tui.console.app import ConsoleApp, make_app
 from tkbox_tui.console.keymap import BINDING_IDS, CATALOGUE, keys_markdown, load_user_keymap, parse_keymap
-from tkbox_tui.console.screens import ConfirmModal, HelpScreen, MainScreen, NewBoxScreen
+from tkbox_tui.console.screens import (
+    ApplyConfirmModal,
+    ConfirmModal,
+    ExportFormModal,
+    HelpScreen,
+    MainScreen,
+    NewBoxScreen,
+    PatchReviewScreen,
+    VerifyReportScreen,
+)
 from tkbox_tui.console.widgets import ExecPanel
+from tkbox_tui.console.widgets.review_file_table import ReviewFileTable
 
 ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_every_binding_has_an_id_from_the_catalogue():
-    for owner in (ConsoleApp, MainScreen, ConfirmModal, HelpScreen, NewBoxScreen, ExecPanel):
+    for owner in (ConsoleApp, MainScreen, ConfirmModal, HelpScreen, NewBoxScreen, ExecPanel, PatchReviewScreen,
+                  ReviewFileTable, ApplyConfirmModal, ExportFormModal, VerifyReportScreen):
         for binding in owner.BINDINGS:
             assert binding.id in BINDING_IDS, (owner, binding)
     assert len(BINDING_IDS) == len(CATALOGUE)

@@ -97,7 +97,9 @@ class EgressListener:
 
     async def start(self) -> None:
         self.path.unlink(missing_ok=True)
-        self._server = await asyncio.start_unix_server(self._accept, path=str(self.path), limit=STREAM_LIMIT)
+        # A burst of the box's connections must wait in the accept queue, not be dropped: room for all it may open.
+        self._server = await asyncio.start_unix_server(self._accept, path=str(self.path), limit=STREAM_LIMIT,
+                                                       backlog=4 * self.max_connections)
         # The box's unprivileged host uid must be able to connect; nobody else (its jobs run under another uid).
         os.chown(self.path, self.box_uid, self.box_uid)
         os.chmod(self.path, 0o600)

@@ -62,11 +62,20 @@ def _field(value: Any) -> str:
     return safe_text(value) if isinstance(value, str) else json.dumps(value)
 
 
+HOST_BECAUSE = {"off_list": "not on the allowlist", "policy": "the policy asks"}
+"""Why a host was held (``asked["because"]`` of a ``host`` approval), in words."""
+EXECS_NAMED = 10
+
+
 def asked_text(info: ApprovalInfo) -> str:
-    """What is asked, escaped: for an exec its command line."""
+    """What is asked, escaped: for an exec its command line; for a host its url (``https://host:443``, the full
+    url of plain HTTP)."""
     command = info.asked.get("command")
     if command is not None:
         return _field(command)
+    url = info.asked.get("url")
+    if info.kind == "host" and isinstance(url, str) and url:
+        return safe_text(url)
     return " ".join(f"{safe_text(key)}={_field(value)}" for key, value in info.asked.items()) or "?"
 
 
@@ -79,7 +88,25 @@ def box_text(info: ApprovalInfo) -> str:
     return safe_text(info.box_name or info.box_id or "?")
 
 
+def _host_where(info: ApprovalInfo) -> str:
+    """A host approval's ``(host H port P, not on the allowlist; execs running then: #3, #5)``."""
+    asked, parts = info.asked, []
+    if "host" in asked and "port" in asked:
+        parts.append(f"host {_field(asked['host'])} port {_field(asked['port'])}")
+    because = asked.get("because")
+    if isinstance(because, str):
+        parts.append(HOST_BECAUSE.get(because, safe_text(because)))
+    running = info.context.get("execs_running")
+    if isinstance(running, list):
+        ids = [f"#{item}" for item in running if type(item) is int]
+        more = f" and {len(ids) - EXECS_NAMED} more" if len(ids) > EXECS_NAMED else ""
+        parts.append(f"execs running then: {', '.join(ids[:EXECS_NAMED])}{more}" if ids else "no exec running then")
+    return f"  ({'; '.join(parts)})" if parts else ""
+
+
 def _where(info: ApprovalInfo) -> str:
+    if info.kind == "host":
+        return _host_where(info)
     parts = []
     if "cwd" in info.asked:
         parts.append(f"cwd {_field(info.asked['cwd'])}")

@@ -35,15 +35,19 @@ from .box_actions import BoxActionsMixin
 from .client_protocol import ConsoleClient
 from .command_actions import CommandActionsMixin
 from .drill_down import DrillDownMixin
+from .event_lines import LogEntry
 from .event_stream import YIELD_EVERY, Backoff, EventInbox, fetch_approvals, fetch_box_list
 from .exec_actions import ExecActionsMixin
+from .export_actions import ExportActionsMixin
 from .filter_pattern import FilterError
-from .gc_tuning import tune_garbage_collector
+from .gc_tuning import freeze_startup_heap, tune_garbage_collector
 from .key_routing import KeyRoutingMixin
 from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .lifecycle import LifecycleMixin
 from .messages import ApprovalsLoaded, BoxesLoaded, BoxRefreshed, ConnectionChanged, EventsPending
+from .network_actions import NetworkActionsMixin
 from .present import connection_label, disconnected_banner, textual_markup_literal
+from .review_actions import ReviewActionsMixin
 from .screens import BoxScreen, HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
@@ -52,7 +56,8 @@ from .widgets import ApprovalsBadge, BoxDetail, BoxTable, CommandBar, EventLog, 
 
 Clock = Callable[[], datetime]
 RENDER_CHUNK = 500
-"""Log lines a render formats before it lets the App's messages through (``_render_if_dirty``)."""
+"""New events a render sorts for the log (with a regular expression in the filter, searches) before it lets the
+App's messages through (``_render_if_dirty``)."""
 
 
 def utc_now() -> datetime:
@@ -60,7 +65,7 @@ def utc_now() -> datetime:
 
 
 class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
-                 DrillDownMixin, App[int]):
+                 DrillDownMixin, ReviewActionsMixin, ExportActionsMixin, NetworkActionsMixin, App[int]):
     """The console; construct it with ``make_app``."""
 
     CSS_PATH = ["styles/base.tcss", "styles/app.tcss"]
@@ -85,6 +90,7 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         self._boxes_to_refresh: set[str] = set()
         self._shown_texts: dict[str, str] = {}
         self.init_approvals()
+        self.init_network()
         self.user_keymap, self.keymap_problems = load_user_keymap(settings.config_file)
         self.set_keymap(self.user_keymap)
 
@@ -116,6 +122,8 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         """Called by ``MainScreen`` once its widgets exist: first render, then the event stream starts."""
         self._render_now()
         self.main_screen.query_one(BoxTable).focus()
+        if self.settings.freeze_startup_heap:
+            freeze_startup_heap()
         self._stream_daemon_events()
         self.maybe_show_prompt()
 
@@ -161,6 +169,7 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
                 self.state.forget_box(event.box_id)
         self._render_dirty = True
         self.take_approval_events(taken)  # at once, not at the next render: the prompt pops now
+        self.take_network_events(taken)
 
     @on(ConnectionChanged)
     def show_connection(self, message: ConnectionChanged) -> None:
@@ -217,30 +226,31 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         return self._render_dirty and not self.ui_closed and self.main_screen.is_mounted and not self.prompt_opening
 
     async def _render_if_dirty(self) -> None:
-        """The render timer: the new log lines are formatted ``RENDER_CHUNK`` at a time, the App's messages let
-        through in between (at 20,000 events/s a render formats thousands: an approval's prompt must not wait)."""
+        """The render timer: the new events are sorted for the log ``RENDER_CHUNK`` at a time, the App's messages
+        let through in between (at 20,000 events/s a render takes thousands, and a filter's regular expression
+        searches each: an approval's prompt must not wait)."""
         if self._may_render():
-            formatted = await self._format_fresh_lines()
+            fresh = await self._fresh_entries()
             if self._may_render():
-                self._render_now(formatted)
+                self._render_now(fresh)
 
-    async def _format_fresh_lines(self) -> tuple[list[str], int] | None:
-        """The log lines of the events not drawn yet, and the last seq among them; None when the render must
-        format them itself: the log is to be rebuilt, or meanwhile something drew it or changed what it shows."""
+    async def _fresh_entries(self) -> tuple[list[LogEntry], int] | None:
+        """The log's entries of the events not drawn yet, and the last seq among them; None when the render must
+        sort them itself: the log is to be rebuilt, or meanwhile something drew it or changed what it shows."""
         state, drawn = self.state, self._rendered_seq
         shown_by = (state.event_filter, state.scope_to_selected, state.selected_box_id)
         fresh = [event for event in state.events if event.seq > drawn] if not self._log_rebuild else []
         if len(fresh) <= RENDER_CHUNK:
             return None
-        lines: list[str] = []
+        entries: list[LogEntry] = []
         for start in range(0, len(fresh), RENDER_CHUNK):
             if start:
                 await asyncio.sleep(0)
                 if self._log_rebuild or self._rendered_seq != drawn or shown_by != (
                         state.event_filter, state.scope_to_selected, state.selected_box_id):
                     return None
-            lines += state.shown_lines(fresh[start:start + RENDER_CHUNK])
-        return lines, fresh[-1].seq
+            entries += state.shown_entries(fresh[start:start + RENDER_CHUNK])
+        return entries, fresh[-1].seq
 
     def _main_widgets(self) -> tuple[BoxTable, BoxDetail, EventLog, Static, Static, Static] | None:
         """The widgets a render draws into, or None while the main screen's widgets are composed or torn down
@@ -253,9 +263,9 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         except NoMatches:
             return None
 
-    def _render_now(self, formatted: tuple[list[str], int] | None = None) -> None:
-        """Draw the state; ``formatted``: the new log lines already made, and the last seq among them (the events
-        after it are drawn by the next render)."""
+    def _render_now(self, sorted_fresh: tuple[list[LogEntry], int] | None = None) -> None:
+        """Draw the state; ``sorted_fresh``: the log's new entries already sorted out, and the last seq among them
+        (the events after it are drawn by the next render)."""
         widgets = self._main_widgets()
         if widgets is None:
             self._render_dirty = True  # nothing to draw into: a later render draws
@@ -269,15 +279,15 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         if self._log_rebuild:
             self._log_rebuild = False
             log.set_match_pattern(state.event_filter.highlight)
-            log.replace_lines(state.shown_lines(state.events))
+            log.replace_events(state.shown_entries(state.events))
         else:
-            if formatted is None:
-                fresh = state.shown_lines(event for event in state.events if event.seq > self._rendered_seq)
+            if sorted_fresh is None:
+                fresh = state.shown_entries(event for event in state.events if event.seq > self._rendered_seq)
             else:
-                fresh, drawn_through = formatted
+                fresh, drawn_through = sorted_fresh
                 self._render_dirty = drawn_through < state.last_seq
             if fresh:
-                log.write_lines(fresh)
+                log.write_events(fresh)
         self._rendered_seq = drawn_through
         scope = f" of {safe_text(state.selected_box.name)}" if state.scope_to_selected and state.selected_box else ""
         # One row, full width (app.tcss): its count changes at every render, without a layout of the screen.
@@ -396,6 +406,13 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
             yield SystemCommand("box: Shell", f"Open a shell in {box_name}", self.action_open_shell)
             yield SystemCommand("box: Stop", f"Stop {box_name} (asks first)", self.action_stop_box)
             yield SystemCommand("box: Remove", f"Remove {box_name} (asks first)", self.action_remove_box)
+            if box.state == "stopped":
+                yield SystemCommand("box: Review patch", f"Review {box_name}'s patch and apply it (p)",
+                                    self.action_review_box)
+                yield SystemCommand("box: Export and verify", f"Export {box_name}'s run, then verify it (E)",
+                                    self.action_export_box)
+        yield SystemCommand("view: Network", "Hosts the boxes contacted; allow or block one (w)",
+                            lambda: self.open_network(self.state.selected_box_id))
         yield SystemCommand("view: Follow events", "Resume following the event stream", self.action_follow_events)
         for name in self.console_theme_names:
             yield SystemCommand(f"theme: {name}", f"Switch to the {name} theme",
@@ -428,7 +445,7 @@ def run_console(socket_path: Path | None = None) -> int:
     from ..client import DaemonClient
 
     tune_garbage_collector()
-    app = make_app(DaemonClient(socket_path))
+    app = make_app(DaemonClient(socket_path), settings=ConsoleSettings(freeze_startup_heap=True))
     result = app.run()
     return result if isinstance(result, int) else (app.return_code or 0)
 

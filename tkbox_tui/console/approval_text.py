@@ -67,11 +67,39 @@ def held_text(info: ApprovalInfo, now: datetime) -> str:
     return format_countdown((until - created).total_seconds())
 
 
+HOST_BECAUSE = {"off_list": "not on the box's allowlist", "policy": "the policy asks about it"}
+"""Why a host was held (``asked["because"]`` of a ``host`` approval), in words."""
+EXECS_NAMED = 10
+"""Execs named in a host approval's details (the rest are counted)."""
+
+
+def host_target(asked: dict[str, object]) -> str | None:
+    """A ``host`` approval's ``host:port`` (IPv6 in brackets, as the daemon writes it), escaped; None without
+    both."""
+    host, port = asked.get("host"), asked.get("port")
+    if not isinstance(host, str) or type(port) is not int:
+        return None
+    return f"{safe_text(host)}:{port}"
+
+
 def asked_text(info: ApprovalInfo) -> str:
-    """What is asked, escaped and whole: an exec's command line; for a kind this console does not know, its
-    ``asked`` as JSON."""
+    """What is asked, escaped and whole: an exec's command line; a write's action and path (``modify src/a.py``,
+    ``rename old → new``); a host's url (``https://host:443``, the full url of plain HTTP), else its ``host:port``;
+    for a kind this console does not know, its ``asked`` as JSON."""
     if info.kind == "exec" and isinstance(info.asked.get("command"), str):
         return safe_text(info.asked["command"])
+    asked = info.asked
+    if info.kind == "host":
+        url = asked.get("url")
+        target = host_target(asked)
+        if isinstance(url, str) and url:
+            return safe_text(url)
+        if target is not None:
+            return target
+    if info.kind == "write" and isinstance(asked.get("path"), str) and isinstance(asked.get("action"), str):
+        old = asked.get("old_path")
+        source = f"{safe_text(old)} → " if isinstance(old, str) and old else ""
+        return f"{safe_text(asked['action'])} {source}{safe_text(asked['path'])}"
     return safe_text(json.dumps(info.asked, ensure_ascii=False, sort_keys=True))
 
 
@@ -120,6 +148,8 @@ def detail_lines(info: ApprovalInfo, now: datetime) -> list[tuple[str, str]]:
     if info.kind == "exec":
         where = safe_text(info.asked.get("cwd") or "-")
         lines.append(("in", where + ("   (on a terminal: tty)" if info.asked.get("tty") else "")))
+    if info.kind == "host":
+        lines += host_lines(info)
     lines += [("rule", f"{rules_text(info)}: {safe_text(info.reason) or 'no reason given'}")]
     if info.hint:
         lines.append(("hint", safe_text(info.hint)))
@@ -133,9 +163,26 @@ def detail_lines(info: ApprovalInfo, now: datetime) -> list[tuple[str, str]]:
     return lines
 
 
+def host_lines(info: ApprovalInfo) -> list[tuple[str, str]]:
+    """A ``host`` approval's own details: the host and port and why it was held, and the execs that were running
+    when it was asked (any of them may have opened the connection)."""
+    target = host_target(info.asked)
+    because = info.asked.get("because")
+    why = HOST_BECAUSE.get(because, safe_text(because)) if isinstance(because, str) else ""
+    lines = [("host", (target or "?") + (f"   ({why})" if why else ""))]
+    running = info.context.get("execs_running")
+    if isinstance(running, list):
+        ids = [f"#{item}" for item in running if type(item) is int]
+        more = f" and {len(ids) - EXECS_NAMED} more" if len(ids) > EXECS_NAMED else ""
+        lines.append(("execs", ", ".join(ids[:EXECS_NAMED]) + more + " running then (on the box's page)" if ids
+                      else "none was running then"))
+    return lines
+
+
 def summary(info: ApprovalInfo) -> str:
-    """One line for a notification: ``web-api: sudo true (TK-A010)``."""
-    return clip(f"{box_label(info)}: {asked_text(info)} ({rules_text(info)})", SUMMARY_LIMIT)
+    """One line for a notification: ``web-api: sudo true (TK-A010)``, ``web-api: host https://h:443 (TK-A008)``."""
+    what = f"host {asked_text(info)}" if info.kind == "host" else asked_text(info)
+    return clip(f"{box_label(info)}: {what} ({rules_text(info)})", SUMMARY_LIMIT)
 
 
 def answered_elsewhere(info: ApprovalInfo) -> str:

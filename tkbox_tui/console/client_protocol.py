@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
-from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, RememberedRule
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, RememberedRule, RunExport
+from tkbox_daemon.wire_apply import ApplyReport
+from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 
 
 class ExecCallLike(Protocol):
@@ -55,5 +57,22 @@ class ConsoleClient(Protocol):
                               remember: bool = False) -> ApprovalInfo: ...
 
     async def forget_rule(self, box_ref: str, rule_id: str) -> RememberedRule: ...
+
+    async def diff_patch(self, ref: str) -> bytes: ...
+
+    async def apply_preview(self, ref: str, *, only: list[str] | None = None) -> ApplyReport: ...
+
+    def apply(self, ref: str, *, dry_run: bool = False, only: list[str] | None = None,
+              allow_sensitive: bool = False) -> AsyncIterator[ApplyReport | tuple[str, ApprovalInfo]]: ...
+
+    async def export_bundle(self, ref: str, sink: Callable[[bytes], None],
+                            progress: Callable[[int, int], None] | None = None) -> RunExport: ...
+
+    async def trust(self) -> dict[str, Any]: ...
+
+    async def allowlist(self, ref: str) -> AllowlistInfo: ...
+
+    async def change_allowlist(self, ref: str, action: str, items: list[str], *,
+                               dry_run: bool = False) -> AllowlistChangeInfo: ...
 
     async def close(self) -> None: ...

@@ -6,11 +6,24 @@ Each command's handler is ``_command_<name>``; a test checks that every command 
 
 from __future__ import annotations
 
+from pathlib import Path
 from typing import Any
 
 from ..terminal_text import safe_text
 from .command_mode import CommandError, completions, parse_command
 from .widgets import BoxTable, CommandBar, EventLog, ExecPanel
+
+BUNDLES_COMPLETED = 50
+"""Bundles in the working directory that Tab offers after ``:verify`` (the newest first)."""
+
+
+def bundles_here() -> list[str]:
+    """``./NAME.tkb`` for the newest ``BUNDLES_COMPLETED`` bundles in the console's working directory."""
+    try:
+        found = sorted(Path.cwd().glob("*.tkb"), key=lambda path: path.stat().st_mtime, reverse=True)
+    except OSError:
+        return []
+    return [f"./{path.name}" for path in found[:BUNDLES_COMPLETED]]
 
 
 class CommandActionsMixin:
@@ -29,7 +42,8 @@ class CommandActionsMixin:
 
     def on_command_bar_completion_requested(self, message: CommandBar.CompletionRequested) -> None:
         app: Any = self
-        names = {"box": [box.name for box in app.state.boxes.values()], "theme": list(app.console_theme_names)}
+        names = {"box": [box.name for box in app.state.boxes.values()], "theme": list(app.console_theme_names),
+                 "bundle": bundles_here()}
         message.bar.complete_with(completions(message.text, names))
 
     # -- one handler per command ----------------------------------------------------------------------------
@@ -107,6 +121,20 @@ class CommandActionsMixin:
     def _command_approvals(self, _argument: str) -> None:
         app: Any = self
         app.action_open_approvals()
+
+    def _command_review(self, argument: str) -> None:
+        app: Any = self
+        if self._select_named(argument):
+            app.action_review_box()
+
+    def _command_export(self, argument: str) -> None:
+        app: Any = self
+        if self._select_named(argument):
+            app.action_export_box()
+
+    def _command_verify(self, argument: str) -> None:
+        app: Any = self
+        app.verify_bundle_at(argument)
 
     def _command_open(self, argument: str) -> None:
         app: Any = self

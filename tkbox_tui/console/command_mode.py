@@ -17,7 +17,7 @@ from dataclasses import dataclass
 @dataclass(frozen=True)
 class CommandSpec:
     """One ``:`` command: its name, other spellings, argument (``""``: none), what it does, and what Tab
-    completes its argument from (``box`` names, ``theme`` names, or nothing)."""
+    completes its argument from (``box`` names, ``theme`` names, ``bundle`` paths, or nothing)."""
 
     name: str
     does: str
@@ -41,7 +41,14 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("stop", "Stop the box (asks first)", "NAME", completes="box"),
     CommandSpec("rm", "Remove the box (asks first)", "NAME", completes="box", aliases=("remove",)),
     CommandSpec("open", "The box's page: its execs and their output", "NAME", completes="box"),
+    CommandSpec("review", "The stopped box's patch, file by file: include, exclude, apply", "NAME", completes="box",
+                aliases=("patch",)),
+    CommandSpec("export", "Export the box's run and verify it (the form first)", "NAME", completes="box"),
+    CommandSpec("verify", "Verify a bundle offline (trust: the .trust.json beside it unless given)",
+                "PATH [--trust PATH]", True, completes="bundle"),
     CommandSpec("approvals", "The approvals inbox: every pending approval, across all boxes", aliases=("inbox",)),
+    CommandSpec("network", "The network view: the hosts every box (or NAME) contacted; allow or block one", "NAME",
+                completes="box", aliases=("net",)),
     CommandSpec("theme", "Switch theme", "NAME", True, completes="theme"),
     CommandSpec("filter", "Filter the events (empty clears)", "RE"),
     CommandSpec("box", "Select a box", "NAME", True, completes="box"),
@@ -51,8 +58,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("quit", "Quit (boxes keep running)", aliases=("q", "exit")),
 )
 BY_WORD = {word: spec for spec in COMMANDS for word in (spec.name, *spec.aliases)}
-PLACEHOLDER = ("new | exec CMD | shell | stop | rm | open | approvals | theme NAME | filter RE | box NAME | q   "
-               "(Tab completes)")
+PLACEHOLDER = ("new | exec CMD | shell | stop | rm | open | review | export | verify PATH | approvals | network "
+               "| theme NAME | filter RE | box NAME | q   (Tab completes)")
 
 
 class CommandError(ValueError):
@@ -121,7 +128,8 @@ def help_rows() -> list[tuple[str, str]]:
 def commands_markdown() -> str:
     """The commands section of docs/keys.md."""
     lines = ["## Commands (`:` on the main screen)", "",
-             "Tab completes a command's name, then a box or theme name.  `:stop`, `:rm`, `:shell` and `:open` act "
-             "on the selected box, or on NAME when given.", "", "| Command | Does |", "|---|---|"]
+             "Tab completes a command's name, then a box or theme name (after `:verify`, a bundle in the "
+             "console's working directory).  `:stop`, `:rm`, `:shell`, `:open`, `:review` and `:export` act on the "
+             "selected box, or on NAME when given.", "", "| Command | Does |", "|---|---|"]
     lines += [f"| `{usage}` | {does} |" for usage, does in help_rows()]
     return "\n".join(lines) + "\n"

@@ -1,5 +1,6 @@
-"""``DrillDownMixin``: Enter drills in — on a box, its page (``BoxScreen``); in the event log, the event's page
-(``EventScreen``).  Esc on a page goes back (the pages' own keys).
+"""``DrillDownMixin``: Enter drills in — on a stopped box, its patch review (``PatchReviewScreen``; its page
+when the daemon has no saved patch for it); on any other box, its page (``BoxScreen``); in the event log, the
+event's page (``EventScreen``).  Esc on a page goes back (the pages' own keys).
 
 On the boxes table Enter (``box.open``) is the table's own select (``DataTable.RowSelected``, which a click on the
 row already highlighted posts too); in the event log Enter (``log.open``) opens the event at the ``n``/``N``
@@ -13,6 +14,7 @@ from typing import Any
 from textual.widgets import DataTable
 
 from .page_text import seq_of_line
+from .review_actions import REVIEWABLE_STATES
 from .screens import BoxScreen, EventScreen, MainScreen
 from .widgets import BoxTable, EventLog
 
@@ -42,7 +44,12 @@ class DrillDownMixin:
     def on_data_table_row_selected(self, message: DataTable.RowSelected) -> None:
         if isinstance(message.data_table, BoxTable) and message.row_key.value is not None:
             message.stop()
-            self.open_box_page(str(message.row_key.value))
+            app: Any = self
+            box = app.state.boxes.get(str(message.row_key.value))
+            if box is not None and box.state in REVIEWABLE_STATES:
+                app.open_review(box.id)
+            else:
+                self.open_box_page(str(message.row_key.value))
 
     def open_box_page(self, box_id: str) -> None:
         app: Any = self

@@ -8,6 +8,7 @@ import rich.repr
 from textual.message import Message
 
 from tkbox_daemon.wire import ApprovalInfo, BoxInfo
+from tkbox_daemon.wire_apply import ApplyReport
 
 
 @rich.repr.auto
@@ -128,3 +129,31 @@ class ApprovalsBulkAnswered(Message):
     approved: int
     refused: list[str]
 
+
+
+@dataclass
+class PatchApplyHeld(Message):
+    """A file of an apply this console started waits for a person (its approval's prompt opens from the event
+    stream's ``approval.pending``, as every approval's does)."""
+
+    box_id: str
+    path: str
+    approval_id: str
+
+
+@dataclass
+class PatchApplied(Message):
+    """An apply this console started ended with the daemon's report (applied, refused or partial)."""
+
+    box_id: str
+    report: ApplyReport
+
+
+@dataclass
+class PatchApplyFailed(Message):
+    """An apply this console started got no report: the daemon refused the request, or the connection was lost
+    (nothing held is written then)."""
+
+    box_id: str
+    message: str
+    hint: str = ""

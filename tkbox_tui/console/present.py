@@ -22,7 +22,8 @@ from ..terminal_text import clip, safe_text
 BOX_COLUMNS = ("name", "state", "image", "age", "left", "execs", "conns", "approvals", "last event")
 # Kinds whose log lines stand out: the daemon refused or could not record something.
 ALERT_KINDS = frozenset({"exec.denied", "exec.refused", "box.failed", "gap", "signer.unavailable",
-                         "daemon.unrecorded", "guest.protocol_error", "guest.ended", "box.lost", "daemon.registry"})
+                         "daemon.unrecorded", "guest.protocol_error", "guest.ended", "box.lost", "daemon.registry",
+                         "egress.refused"})
 
 
 def parse_time(value: str) -> datetime | None:

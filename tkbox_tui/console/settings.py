@@ -46,6 +46,10 @@ class ConsoleSettings:
     """Seconds after the prompt shows an approval before its keys answer it (``prompt_gate``)."""
     prompt_recheck_interval: float = 0.1
     """Seconds between looks, while the prompt waits for the operator to stop typing."""
+    freeze_startup_heap: bool = False
+    """Once the main screen is up, keep the objects alive then out of the garbage collector's passes
+    (``gc_tuning.freeze_startup_heap``).  For a process that runs one console: ``run_console`` and the bench turn it
+    on; tests, which run many consoles in one process, leave it off."""
 
     @property
     def config_file(self) -> Path:

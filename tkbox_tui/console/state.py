@@ -15,8 +15,9 @@ from dataclasses import dataclass, field, replace
 
 from tkbox_daemon.wire import BoxInfo, Event
 
+from .event_lines import LogEntry
 from .filter_pattern import FilterError, FilterPattern, compile_pattern
-from .present import event_line, event_search_text, event_texts
+from .present import event_line, event_search_text
 
 DEFAULT_EVENT_RING = 5_000
 
@@ -235,22 +236,25 @@ class ConsoleState:
             return False
         return not self.event_filter.active or self.event_filter.shows(event, self._box_name(event))
 
-    def shown_lines(self, events: Iterable[Event]) -> list[str]:
-        """The log lines of those of ``events`` that the log shows (the regex searches each event's fields in
-        full; the line drawn is cut)."""
-        lines = []
+    def shown_entries(self, events: Iterable[Event]) -> list[LogEntry]:
+        """Those of ``events`` that the log shows, each with its box's name as known now (``EventLines`` formats
+        a line from it once drawn).  Only a regular expression makes this format anything: the text it searches
+        (``event_search_text``: every field in full; the line drawn is cut)."""
+        if not self.event_filter.active and not self.scope_to_selected:
+            return [(event, self._box_name(event)) for event in events]  # everything: nothing to decide
+        entries = []
+        rule = self.event_filter
         for event in events:
             if self._outside_scope(event):
                 continue
             name = self._box_name(event)
-            if self.event_filter.regex is None:  # nothing to search: only the drawn line is made
-                if not self.event_filter.active or self.event_filter.shows(event, name):
-                    lines.append(event_line(event, name))
-                continue
-            drawn, searched = event_texts(event, name)  # the payload formatted once for both
-            if self.event_filter.shows(event, name, searched):
-                lines.append(drawn)
-        return lines
+            if not rule.active or rule.shows(event, name):
+                entries.append((event, name))
+        return entries
+
+    def shown_lines(self, events: Iterable[Event]) -> list[str]:
+        """The log lines of those of ``events`` that the log shows."""
+        return [event_line(event, name) for event, name in self.shown_entries(events)]
 
     def _outside_scope(self, event: Event) -> bool:
         return bool(self.scope_to_selected and self.selected_box_id and event.box_id != self.selected_box_id)

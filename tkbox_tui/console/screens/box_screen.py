@@ -100,6 +100,8 @@ class BoxScreen(Screen[None]):
                  f"{len(self.execs)} execs listed"]
         if kept is not None:
             parts.append(f"output kept {format_bytes(kept)}")
+        if box.state == "stopped":
+            parts.append("p: review its patch")
         return Text("  ·  ".join(parts))  # Text: a box name is no markup
 
     def on_mount(self) -> None:
@@ -263,6 +265,10 @@ class BoxScreen(Screen[None]):
         self.notify(f"forgot {safe_text(removed.id)}: {safe_text(removed.rule_id)} for {safe_text(removed.program)} "
                     "asks a person again", markup=False)
         self.show_box(box)
+
+    def action_review(self) -> None:
+        """``p``: the review of the box's patch (a stopped box's; the App says why not for any other)."""
+        self.app.open_review(self.box.id)  # type: ignore[attr-defined]
 
     def action_refresh(self) -> None:
         self.load_execs()

@@ -100,6 +100,12 @@ class MainScreen(Screen[None]):
     def action_remove_box(self) -> None:
         self.app.action_remove_box()  # type: ignore[attr-defined]
 
+    def action_review_box(self) -> None:
+        self.app.action_review_box()  # type: ignore[attr-defined]
+
+    def action_export_box(self) -> None:
+        self.app.action_export_box()  # type: ignore[attr-defined]
+
     def action_filter_events(self) -> None:
         self.query_one(CommandBar).open("filter", self.app.state.event_filter.describe())  # type: ignore[attr-defined]
 

@@ -12,9 +12,15 @@ binds each new key to the footer's ``compact`` reactive; it drops the bindings o
 ``compact`` changes, which here it never does, so every key ever drawn would stay in memory with all it drew
 (about 450 objects per recompose, and the garbage collector's full passes, which pause the console, grow with
 them: ``bench/console.py``).  ``recompose`` therefore has the reactive checked once more, which drops them.
+
+Textual asks for that recompose at every push and pop of a screen too, though the keys are the same: about twenty
+keys made, styled twice each and laid out, just as an approval prompt opens.  ``recompose`` does nothing when what
+the footer would draw (every active binding, its key's look, whether it is enabled, its tooltip) is what it drew.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 from textual.app import ComposeResult
 from textual.widget import Widget
@@ -47,6 +53,23 @@ class ConsoleFooter(Footer):
 
         yield from sorted(widgets, key=rank)  # a stable sort: the other keys keep Textual's order
 
+    _drawn_from: tuple[Any, ...] | None = None
+    """What the last recompose drew from (``_keys_to_draw``)."""
+
+    def _keys_to_draw(self) -> tuple[Any, ...]:
+        """Everything ``compose`` reads: the screen's active bindings, in order, each with its key's look, whether
+        it is enabled and its tooltip; and the footer's own settings."""
+        app = self.app
+        return (self.compact, self.show_command_palette, tuple(
+            (key, binding, app.get_key_display(binding), enabled, tooltip)
+            for key, (_, binding, enabled, tooltip) in self.screen.active_bindings.items()))
+
     async def recompose(self) -> None:
+        if not self.is_attached:
+            return  # its screen is gone (Textual's recompose does nothing then either)
+        drawn_from = self._keys_to_draw()
+        if drawn_from == self._drawn_from and self.is_mounted:
+            return  # the same keys: nothing to draw again
+        self._drawn_from = drawn_from
         await super().recompose()
         self.mutate_reactive(Footer.compact)  # drops the bindings of the keys just removed (see above)
