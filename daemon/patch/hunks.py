@@ -19,6 +19,8 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
+from tkbox_guest.gitpatch import split_lines  # lines as git counts them, as the box's patch was written
+
 from .gitsection import blob_oid
 from .operations import MODE_FILE, MODE_LINK, Action, FileOperation, Hunk, PatchRefused, TreeEntry
 
@@ -29,15 +31,6 @@ _LINK_ACTIONS = (Action.SYMLINK_ADD, Action.SYMLINK_MODIFY, Action.SYMLINK_DELET
 
 class HunkMismatch(PatchRefused):
     """The pre-image is not the one the patch was made against (or the patch does not fit it)."""
-
-
-def split_lines(data: bytes) -> list[bytes]:
-    """Lines as git counts them: split after each ``\\n``; a last line without one stays as it is."""
-    parts = data.split(b"\n")
-    lines = [part + b"\n" for part in parts[:-1]]
-    if parts[-1]:
-        lines.append(parts[-1])
-    return lines
 
 
 def _mismatch(operation: FileOperation, detail: str, hunk: Hunk | None = None) -> HunkMismatch:
