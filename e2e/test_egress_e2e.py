@@ -135,6 +135,27 @@ def test_a_hello_naming_another_server_is_cut_off_and_a_raw_tunnel_needs_its_por
         "except (ssl.SSLError, OSError) as exc:\n"
         "    print('cut off', type(exc).__name__)\n")
     assert in_box("python3", "-c", script).stdout.startswith("cut off")
+    ech = (  # a ClientHello naming the CONNECT host and carrying an encrypted ClientHello (ECH) extension
+        "import os, socket, struct\n"
+        f"name = b'{web.name}'\n"
+        "def ext(kind, data): return struct.pack('!HH', kind, len(data)) + data\n"
+        "sni = ext(0, struct.pack('!HBH', len(name) + 3, 0, len(name)) + name)\n"
+        "extensions = sni + ext(0xfe0d, b'\\x00' * 8)\n"
+        "body = b'\\x03\\x03' + os.urandom(32) + b'\\x00' + b'\\x00\\x02\\x13\\x01' + b'\\x01\\x00' "
+        "+ struct.pack('!H', len(extensions)) + extensions\n"
+        "hello = b'\\x01' + len(body).to_bytes(3, 'big') + body\n"
+        "record = b'\\x16\\x03\\x01' + struct.pack('!H', len(hello)) + hello\n"
+        "s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n"
+        f"s.sendall(b'CONNECT {web.name}:443 HTTP/1.1\\r\\nhost: {web.name}:443\\r\\n\\r\\n')\n"
+        "head = b''\n"
+        "while not head.endswith(b'\\r\\n\\r\\n'):\n"
+        "    head += s.recv(1)\n"
+        "s.sendall(record)\n"
+        "print('closed' if s.recv(100) == b'' else 'answered')\n")
+    assert in_box("python3", "-c", ech, check=True).stdout.strip() == "closed"
+    events = [json.loads(line) for line in tkbox("events", "net", "--json").stdout.splitlines()]
+    refused = [event["data"]["rule"] for event in events if event["kind"] == "egress.refused"]
+    assert "egress-sni-mismatch" in refused and "egress-ech" in refused
     echo = ("import socket\n"
             "s = socket.create_connection(('127.0.0.1', 3128), timeout=30)\n"
             f"s.sendall(b'CONNECT {web.name}:{ECHO_PORT} HTTP/1.1\\r\\nhost: {web.name}:{ECHO_PORT}\\r\\n\\r\\n')\n"
