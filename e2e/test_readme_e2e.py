@@ -49,3 +49,5 @@ def test_the_readme_hand_run_example_runs_as_written(tmp_path):
     result = json.loads(ran.stdout[begin: ran.stdout.index("\n}\n", begin) + 2])
     assert result["exit_code"] == 0 and "tracked.txt" in result["stdout"]
     assert "daemon stopped; signer stopped" in ran.stdout
+    assert (checkout / "hello.txt").read_text() == "hello\n"  # tkbox apply wrote the box's file
+    assert "Integrity: VERIFIED" in ran.stdout
