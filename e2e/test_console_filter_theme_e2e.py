@@ -103,7 +103,8 @@ def test_the_filter_finds_past_the_cut_and_the_chosen_theme_survives_a_restart(t
                    for n in range(1, EXECS + 1)]
         assert [worker.wait(timeout=120) for worker in workers] == [3 if n % 3 == 0 else 0
                                                                     for n in range(1, EXECS + 1)]
-        screen = _wait_for(session, lambda screen: f"({3 + 2 * EXECS} received)" in screen)  # all on the console
+        # all on the console: daemon.started, box.created, box.started, egress.allowlist, and two per exec
+        screen = _wait_for(session, lambda screen: f"({4 + 2 * EXECS} received)" in screen)
         finished = _log_lines(screen, "exec.finished")
         assert finished and not any("exit_code=" in line for line in finished)  # the drawn lines are cut before it
 

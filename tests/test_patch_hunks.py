@@ -87,3 +87,10 @@ def test_a_rename_keeps_the_source_s_mode_when_the_patch_states_none():
 
 def test_split_lines_is_gits():
     assert hunks.split_lines(b"a\r\nb\rc\n\nd") == [b"a\r\n", b"b\rc\n", b"\n", b"d"]
+
+
+def test_a_context_line_with_a_carriage_return_is_left_out_of_the_hunk_header():
+    old, new = b"a\na\na\na\ne\ra\na\ne\ra\na\n", b"a\na\na\na\ne\ra\na\ne\ra\na\na\n"  # found by Hypothesis
+    patch = guest_patch({b"f": entry(old)}, {b"f": entry(new)})
+    assert all(b"\r" not in line for line in patch.split(b"\n") if line.startswith(b"@@"))
+    assert apply_to_tree(parse_patch(patch).operations, {b"f": entry(old)}) == {b"f": entry(new)}
