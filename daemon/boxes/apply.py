@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import TYPE_CHECKING, Any
 
 from .. import limits
@@ -138,12 +138,8 @@ def _select(files: list[ApplyFile], only: tuple[str, ...] | None) -> list[ApplyF
         raise ApplyRefused(f"--only names path(s) that are not in the patch: {shown}",
                            "list the patch's paths with: tkbox apply BOX --dry-run")
     chosen = set(only)
-    return [_with(file, included=file.path in chosen or bool(file.old_path and file.old_path in chosen))
+    return [replace(file, included=file.path in chosen or bool(file.old_path and file.old_path in chosen))
             for file in files]
-
-
-def _with(file: ApplyFile, **changes: Any) -> ApplyFile:
-    return ApplyFile(**{**{name: getattr(file, name) for name in file.__dataclass_fields__}, **changes})
 
 
 async def apply_box_patch(box: Box, session: ApplySession, *, on_held: OnHeld) -> ApplyReport:
@@ -173,14 +169,18 @@ async def _preview(box: Box, files: list[ApplyFile]) -> list[ApplyFile]:
     signer = box.manager.signer
     if signer is None:
         return files
-    out = []
-    for file in files:
+
+    async def one(file: ApplyFile) -> ApplyFile:
         args: dict[str, Any] = {"file_path": file.path, "action": file.action}
         if file.old_path:
             args["path"] = file.old_path
         reply = await signer.call("preview", tool=WRITE_TOOL, args=args)
-        out.append(_with(file, verdict=reply["verdict"], rule_ids=tuple(reply["rule_ids"]),
-                         reason=reply["reason"], hint=reply.get("hint", "")))
+        return replace(file, verdict=reply["verdict"], rule_ids=tuple(reply["rule_ids"]), reason=reply["reason"],
+                       hint=reply.get("hint", ""))
+
+    out: list[ApplyFile] = []
+    for start in range(0, len(files), DECIDE_AT_ONCE):
+        out.extend(await asyncio.gather(*(one(file) for file in files[start:start + DECIDE_AT_ONCE])))
     return out
 
 
@@ -193,7 +193,8 @@ class _Apply:
         self.session = session
         self.reading = reading
         self.plans = {path_text(plan.path): plan for plan in reading.plans}
-        self.files = {file.path: file for file in files}
+        self.files = {file.path: file if file.included else
+                      replace(file, outcome="declined", outcome_reason="left out by the operator") for file in files}
         self.digest = digest
         self.on_held = on_held
         self.decisions: dict[str, Decision] = {}
@@ -203,13 +204,9 @@ class _Apply:
         return [file for file in self.files.values() if file.included]
 
     def set(self, path: str, **changes: Any) -> None:
-        self.files[path] = _with(self.files[path], **changes)
+        self.files[path] = replace(self.files[path], **changes)
 
     def report(self, status: str, reason: str = "", hint: str = "") -> ApplyReport:
-        files = list(self.files.values())
-        for file in files:
-            if not file.included and not file.outcome:
-                self.set(file.path, outcome="declined", outcome_reason="left out by the operator")
         return _report(self.box, status, list(self.files.values()), patch_sha256=self.digest, reason=reason,
                        hint=hint, run_id=self.recorder.run_id or "" if self.recorder else "")
 
@@ -403,9 +400,6 @@ class _Apply:
                  "files": [{"path": file.path, "action": file.action, "outcome": file.outcome or "not_written",
                             **({"decision_id": file.decision_id} if file.decision_id else {})}
                            for file in self.files.values()]}
-        for entry in value["files"]:
-            if not self.files[entry["path"]].included:
-                entry["outcome"] = "declined"
         recorder.observe_must_keep(APPLY_SOURCE, value, trust="trusted")
 
 

@@ -148,8 +148,7 @@ class BoxEgress:
                 raise
         info = approval.info
         approved = info.state == "approved"
-        self.attempt(target, "tcp" if target.kind == "connect" and not asked["url"].startswith("https") else
-                     "https" if target.kind == "connect" else "http",
+        self.attempt(target, asked["url"].partition(":")[0],
                      info.state if info.state in ("approved", "rejected", "expired", "withdrawn") else "refused")
         self.event("egress.approved" if approved else f"egress.{'expired' if info.state == 'expired' else 'rejected'}",
                    {"url": asked["url"], "approval_id": info.id, "state": info.state})

@@ -66,12 +66,13 @@ class ProxyContext(Protocol):
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
 
-def forbidden(box_name: str, refusal: Refuse) -> bytes:
-    """The proxy's one refusal: a 403 whose body names the door, the rule and what to do."""
+def forbidden(box_name: str, refusal: Refuse, status: bytes = b"403 Forbidden") -> bytes:
+    """The proxy's one refusal: a 403 (502 when the upstream would not connect) whose body names the door, the rule
+    and what to do."""
     body = (f"tkbox egress door refused this connection of box {box_name}\nrule: {refusal.rule}\n"
             f"reason: {refusal.reason}\n" + (f"what to do: {refusal.hint}\n" if refusal.hint else "")).encode(
         "ascii", "backslashreplace")
-    return (b"HTTP/1.1 403 Forbidden\r\nContent-Type: text/plain; charset=us-ascii\r\nConnection: close\r\n"
+    return (b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain; charset=us-ascii\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
 
 
@@ -211,8 +212,7 @@ class ClientConnection:
                 except (OSError, TimeoutError) as exc:
                     refusal = Refuse("egress-dial", f"{target.host_text} ({step.address}) port {step.port} did not accept "
                                                     f"the connection: {exc.__class__.__name__}", "")
-                    self.writer.write(forbidden(self.context.box_name, refusal).replace(b"403 Forbidden",
-                                                                                        b"502 Bad Gateway", 1))
+                    self.writer.write(forbidden(self.context.box_name, refusal, b"502 Bad Gateway"))
                     await self.writer.drain()
                     self.context.refused(refusal, target, {"url": url})
                     assert self.decided is not None
