@@ -148,11 +148,11 @@ _FUNC_START = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz_$
 
 def _funcname(line: bytes) -> bytes | None:
     """git's default hunk-header context (xdiff ``def_ff``): a line starting with a letter, '_' or '$'; unlike git,
-    none when what it would show holds a control character (the host refuses those in any header line: a carriage
-    return there is read differently by different tools)."""
+    none when what it would show holds a carriage return (the host refuses one in any header line: tools read it
+    differently)."""
     if line and line[0] in _FUNC_START:
         shown = line[:80].rstrip(b" \t\n\v\f\r")
-        return None if any(byte < 0x20 or byte == 0x7F for byte in shown) else shown
+        return None if b"\r" in shown else shown
     return None
 
 
