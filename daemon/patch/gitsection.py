@@ -192,6 +192,9 @@ def _check_headers(raw: RawSection, old_mode: int | None, new_mode: int | None, 
         raise _refuse(raw, "mode-unchanged", "old mode and new mode lines state the same mode", path)
     if raw.kind != "change" and raw.index_mode is not None:
         raise _refuse(raw, "index-mode", "an addition or deletion's index line states a mode", path)
+    if raw.mode_lines and raw.index_mode is not None:
+        # git takes the index line's mode as the old mode, so the two readings of the mode change differ.
+        raise _refuse(raw, "index-mode", "a mode change's index line also states a mode (git writes none there)", path)
     if raw.kind != "change" and raw.index is None:
         raise _refuse(raw, "index-missing", "an addition or deletion without its index line", path)
     if raw.kind == "add" and raw.labels and raw.minus is not None:

@@ -258,6 +258,10 @@ def structure() -> None:
     refuse("hunks_out_of_order", overlapping, "hunk-position", "hunks out of order")
     refuse("mode_unknown", modify_x().replace(b" 100644\n", b"\n"), "mode-unknown",
            "a content change whose mode the patch does not state")
+    refuse("mode_change_index_mode", modify_x().replace(b" 100644\n", b" 100755\n").replace(
+           b"diff --git a/x b/x\n", b"diff --git a/x b/x\nold mode 100644\nnew mode 100755\n"), "index-mode",
+           "a mode change whose index line states a mode too: git takes that as the old mode and sees no change",
+           git_reads=True)
 
 
 def modes_and_links() -> None:
