@@ -97,6 +97,7 @@ class BoxInfo:
     exported: dict[str, Any] | None = None  # RunExport.to_json() of the box's last export, None before one
     allow_presets: list[str] = field(default_factory=list)  # the presets its settings named (entries in ``allow``)
     resolve: dict[str, list[str]] = field(default_factory=dict)  # pinned name -> addresses (--resolve)
+    inspect: str = "bound"  # the egress proxy's inspect mode (settings.INSPECT_MODES)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

@@ -5,6 +5,7 @@ read by the box on its next connection. Real signer in process, the test-only un
 
 from __future__ import annotations
 
+import asyncio
 import os
 import pwd
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 from tests.daemon_harness import make_workspace, running_daemon
 from tkbox_daemon.egress.allowlist import Attempt
 from tkbox_daemon.signer import commitments
+from tkbox_daemon.signer_link import SignerCallError
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 from tkbox_tui.client import DaemonClient, DaemonError
 
@@ -185,3 +187,46 @@ def test_the_change_answer_round_trips_and_refuses_what_the_api_does_not_promise
             AllowlistInfo.from_json(broken)
     with pytest.raises(ValueError):
         AllowlistChangeInfo.from_json({**change.to_json(), "applied": "yes"})
+
+
+async def test_a_widening_change_takes_effect_only_once_its_record_is_kept_a_narrowing_one_at_once(tmp_path):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        await _create(client, tmp_path, allow=["old.test"])
+        box = daemon.manager.get("t1")
+        recorder, seen_while_recording = box.recorder, []
+        keep = recorder.observe_kept
+
+        async def observe_kept(source: str, value: Any) -> None:
+            seen_while_recording.append((box.egress_allowlist.match("new.test", 443, "https") is not None,
+                                         box.egress_allowlist.match("old.test", 443, "https") is not None))
+            await keep(source, value)
+
+        recorder.observe_kept = observe_kept
+        await client.change_allowlist("t1", "allow", ["new.test"])
+        await client.change_allowlist("t1", "block", ["old.test"])
+        assert seen_while_recording == [(False, True), (True, False)]  # new.test waits; old.test goes at once
+
+
+async def test_a_widening_change_whose_record_is_refused_is_not_made_and_stops_the_box(tmp_path):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        await _create(client, tmp_path, allow=["old.test"])
+        box = daemon.manager.get("t1")
+        events = client.events(box="t1")
+
+        async def refused(source: str, value: Any) -> None:
+            raise SignerCallError("refused", "the signer is out of space")
+
+        box.recorder.observe_kept = refused
+        with pytest.raises(DaemonError) as raised:
+            await client.change_allowlist("t1", "allow", ["new.test"])
+        assert raised.value.status == 503 and raised.value.code == "not_recorded"
+        assert "was not made" in str(raised.value) and "out of space" in str(raised.value)
+        assert box.egress_allowlist.match("new.test", 443, "https") is None
+
+        async def stopped() -> None:
+            async for event in events:
+                if event.kind in ("box.stopped", "box.failed"):
+                    return
+
+        await asyncio.wait_for(stopped(), 30)
+        assert box.state in ("stopped", "failed") and box.recorder.gaps.counts.get("must_keep_refused") == 1

@@ -131,6 +131,12 @@ async def test_run_prints_the_list_it_starts_with_presets_warnings_and_pins(daem
     status, out, err = await run(capsys, "run", "--name", "bad", "--workspace", str(workspace), "--allow", "127.1")
     assert status == 2 and err.startswith("tkbox run: allow: entry 1 '127.1': the entry '127.1' ends in a number")
     assert daemon.manager.get("go") and [box.name for box in daemon.manager.list()] == ["web", "go"]
+    status, out, err = await run(capsys, "run", "--name", "strict", "--workspace", str(workspace), "--inspect", "all")
+    assert (status, err) == (0, "") and out.splitlines()[2:] == [
+        "  allow: nothing is allowed: every connection is refused",
+        "  inspect: all (a host off the list is refused at once, never held for a person)"]
+    status, out, err = await run(capsys, "run", "--name", "bad", "--workspace", str(workspace), "--inspect", "al")
+    assert status == 2 and err.startswith('tkbox run: inspect: "al" is not an inspect mode; write bound (')
 
 
 @pytest.mark.parametrize(("entry", "meaning"), [

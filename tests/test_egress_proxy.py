@@ -29,6 +29,7 @@ class FakeContext:
     approve: bool = True
     decisions: list = field(default_factory=list)
     holds: list = field(default_factory=list)
+    held_urls: list = field(default_factory=list)
     completions: list = field(default_factory=list)
     refusals: list = field(default_factory=list)
     events: list = field(default_factory=list)
@@ -60,8 +61,9 @@ class FakeContext:
         return Decided(SignerVerdict(verdict, ("TK-T",) if verdict != "allow" else (), "test"),
                        f"dec-{len(self.decisions)}")
 
-    async def hold(self, decided, target, because):
+    async def hold(self, decided, target, because, url):
         self.holds.append((target.host, because))
+        self.held_urls.append(url)
         return self.approve, "rejected by the test"
 
     async def complete(self, decided, counts, error):
@@ -146,6 +148,7 @@ async def test_an_off_list_host_is_held_and_not_resolved_before_its_approval(ups
     answer = await run(context, port, b"GET http://other.example/ HTTP/1.1\r\nhost: other.example\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 403 Forbidden") and b"egress-not-approved" in answer
     assert context.holds == [("other.example", "off_list")] and context.resolved == []
+    assert context.held_urls == context.decisions == ["http://other.example:80/"]
     assert context.completions == [("dec-1", 0, 0, context.completions[0][3])]
 
 
@@ -175,6 +178,15 @@ async def test_a_raw_tunnel_only_to_an_entry_naming_its_port(upstream):
     assert context.decisions == ["tcp://files.example:9000"]
     (_, up, down, error), = context.completions
     assert up == len(b"ECHO\r\n\r\nhello") and down == up and error == ""
+
+
+async def test_a_held_raw_tunnel_is_asked_about_as_the_tcp_url_the_signer_decided(upstream):
+    port, _ = upstream
+    context = FakeContext(allow={("files.example", 9000)}, raw_ports={("files.example", 9000)}, verdict="ask")
+    answer = await run(context, port, b"CONNECT files.example:9000 HTTP/1.1\r\nhost: files.example:9000\r\n\r\n",
+                       more=b"ECHO\r\n\r\nhello")
+    assert answer.startswith(b"HTTP/1.1 200 Connection established\r\n\r\n") and answer.endswith(b"hello")
+    assert context.held_urls == context.decisions == ["tcp://files.example:9000"]
 
 
 async def test_a_blocked_host_is_refused_before_the_signer_and_never_held(upstream):

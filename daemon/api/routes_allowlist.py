@@ -6,7 +6,8 @@ and ``"dry_run": true`` to see the change and what it would have let through wit
 ``AllowlistChangeInfo``. The change carries the operator's identity from the API socket's peer credentials (a box
 cannot reach this socket), is recorded in the box's run (``tkbox.allowlist``) and announced (``egress.allowlist``).
 400 ``invalid_allowlist``: an entry is wrong, or a narrower allow under a wider block (nothing changed); 409
-``box_not_running``: the box no longer runs.
+``box_not_running``: the box no longer runs; 503 ``not_recorded``: a change letting more through could not be
+recorded (not made; the box stops).
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from typing import Any
 
 from aiohttp import web
 
-from ..boxes.live_allowlist import AllowlistNotLive
+from ..boxes.live_allowlist import AllowlistNotLive, AllowlistNotRecorded
 from ..egress.allowlist_edit import ACTIONS, ChangeRefused
 from ..limits import ALLOWLIST_ENTRIES
 from .errors import ApiError
@@ -38,11 +39,13 @@ async def change_allowlist(request: web.Request) -> web.Response:
     action, items, dry_run = parse_change(await read_json_object(request))
     box = request.app[MANAGER].get(request.match_info["box"])
     try:
-        answer = box.allowlist.change(action, items, by=operator_of(request), dry_run=dry_run)
+        answer = await box.allowlist.change(action, items, by=operator_of(request), dry_run=dry_run)
     except ChangeRefused as exc:
         raise ApiError(400, "invalid_allowlist", str(exc), hint=HINT) from None
     except AllowlistNotLive as exc:
         raise ApiError(409, "box_not_running", str(exc)) from None
+    except AllowlistNotRecorded as exc:
+        raise ApiError(503, "not_recorded", str(exc), hint="see why with: tkbox events BOX") from None
     return web.json_response(answer.to_json())
 
 

@@ -156,6 +156,7 @@ class Box:
             exported=self.run_export.to_json() if self.run_export is not None else None,
             allow_presets=list(self.settings.allow_presets),
             resolve={name: list(addresses) for name, addresses in self.settings.resolve.items()},
+            inspect=self.settings.inspect,
         )
 
     def set_state(self, state: str, reason: str = "") -> None:

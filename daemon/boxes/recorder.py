@@ -192,12 +192,25 @@ class RunRecorder:
             raise SignerCallError("run_closed",
                                   f"box {self.box_id} has no open run to record approval {approval_id} in")
         value = {"approval_id": approval_id, "decision_id": decision_id, "answer": answer, "by": by, "reason": reason}
+        await self.observe_kept("tkbox.approval", value)
+
+    async def observe_kept(self, source: str, value: Any) -> None:
+        """Record a trusted must-keep observation and wait until the signer has kept it (not queued behind other
+        records): for what may take effect only once it is recorded.  Raises ``SignerCallError`` when the signer
+        refuses it or cannot be reached, or the run is closed; the caller counts the loss with ``lose``."""
+        if self.closed or self.run_id is None:
+            raise SignerCallError("run_closed", f"box {self.box_id} has no open run to record {source} in")
         self._begin()
         try:
-            await self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.approval",
+            await self.signer.call("observe", request_id=new_request_id(), **self._run, source=source,
                                    trust="trusted", value=value, must_keep=True)
         finally:
             self._end()
+
+    async def lose(self, source: str, reason: str) -> None:
+        """A must-keep record of ``source`` could not be kept: count it, record the loss and stop the box."""
+        self.gaps.add("must_keep_refused")
+        await self._lose(source, reason)
 
     async def _drain_must_keep(self) -> None:
         while True:

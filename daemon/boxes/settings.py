@@ -35,7 +35,19 @@ LIMIT_FIELDS = {
     "exec_timeout": limits.EXEC_TIMEOUT, "execs": limits.EXECS_PER_BOX,
     "workspace_files": limits.WORKSPACE_FILES, "workspace_bytes": limits.WORKSPACE_BYTES,
 }
-SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "resolve", "secrets", "limits", "task"}
+SETTINGS_FIELDS = {"name", "workspace", "image", "allow", "resolve", "inspect", "secrets", "limits", "task"}
+INSPECT_MODES = {  # inspect: what the egress proxy reads, and what becomes of a host off the allowlist
+    "bound": "plain HTTP is read, TLS tunnels are checked by their ClientHello; a host off the list is held for a "
+             "person",
+    "all": "as bound, and a host off the list is refused at once, never held for a person (reading every HTTPS "
+           "host comes with the secret door, which is not built yet)",
+}
+
+
+def inspect_markdown() -> str:
+    """The docs' table of inspect modes (docs/egress.md, checked by a test)."""
+    return "| mode | what it does |\n|---|---|\n" + "".join(
+        f"| `{mode}` | {why} |\n" for mode, why in INSPECT_MODES.items())
 SIZE = re.compile(r"^(\d{1,12})([KMG]i?B?|B)?\Z", re.IGNORECASE | re.ASCII)
 DOORS_NOT_BUILT = {  # setting -> (why it cannot be honoured yet, the tkbox run flag that sets it)
     "secrets": ("the secret door is not built yet: a box cannot be given a secret", "--secret"),
@@ -69,6 +81,7 @@ class BoxSettings:
     task: str = ""
     allow_presets: tuple[str, ...] = ()  # the presets ``allow`` named (their entries are in ``allow``)
     resolve: dict[str, tuple[str, ...]] = field(default_factory=dict)  # pinned name -> addresses
+    inspect: str = "bound"  # one of INSPECT_MODES
 
     def limit(self, key: str) -> int:
         return self.limits.get(key, LIMIT_FIELDS[key].default)
@@ -82,6 +95,7 @@ class BoxSettings:
             "allow": list(self.allow),
             "allow_presets": list(self.allow_presets),
             "resolve": {name: list(addresses) for name, addresses in self.resolve.items()},
+            "inspect": self.inspect,
             "secrets": [{"name": s.name, "hosts": list(s.hosts), "header": s.header} for s in self.secrets],
             "limits": {key: self.limit(key) for key in LIMIT_FIELDS},
         }
@@ -129,12 +143,17 @@ def parse_settings(raw: dict[str, Any], *, default_name: str, environ: dict[str,
         resolve = parse_pins(raw.get("resolve", {}))
     except PinError as exc:
         raise SettingsError("resolve", str(exc)) from None
+    inspect = raw.get("inspect", "bound")
+    if not isinstance(inspect, str) or inspect not in INSPECT_MODES:
+        raise SettingsError("inspect", f"{_shown(inspect)} is not an inspect mode; write "
+                            + " or ".join(f"{mode} ({why})" for mode, why in INSPECT_MODES.items()))
     secrets = tuple(_parse_secret(spec, environ) for spec in _as_list("secrets", raw.get("secrets", [])))
     box_limits = _parse_limits(raw.get("limits", {}))
     task = raw.get("task", "")
     if not isinstance(task, str) or len(task) > 64 * 1024:
         raise SettingsError("task", "the task is text of at most 64 KiB")
-    return BoxSettings(name, workspace_path, image, allow, secrets, box_limits, task, allow_presets, resolve)
+    return BoxSettings(name, workspace_path, image, allow, secrets, box_limits, task, allow_presets, resolve,
+                       inspect)
 
 
 def _parse_allow(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:

@@ -69,7 +69,7 @@ class BoxEgress:
     def __init__(self, box: Box, *, host_addresses: HostAddresses, extra_blocked: Iterable[IPNetwork] = ()) -> None:
         self.box = box
         self.box_name = box.settings.name
-        self.inspect_all = False
+        self.inspect_all = box.settings.inspect == "all"
         self.host_addresses = host_addresses
         self.extra_blocked = tuple(extra_blocked)
         self.records = RefusalRecords(self._record_refusal)
@@ -126,29 +126,34 @@ class BoxEgress:
         return Decided(SignerVerdict(decision.decision, decision.rule_ids, decision.reason),
                        decision.decision_id or "", decision)
 
-    async def hold(self, decided: Decided, target: Target, because: str) -> tuple[bool, str]:
+    async def hold(self, decided: Decided, target: Target, because: str, url: str) -> tuple[bool, str]:
+        """Hold the connection as an approval of kind ``host``; ``url`` is the one the signer decided (``tcp://`` for
+        a raw tunnel, the full url of a plain HTTP request)."""
         if decided.source is None or not decided.decision_id:
             return False, "no decision to ask a person about"
         running = sorted(session.kept.info.id for session in self.box.execs if session.kept is not None)
-        asked = {"host": target.host_text, "port": target.port, "url": target.decision_url(tls=True)
-                 if target.kind == "connect" else target.decision_url() + target.path, "because": because}
+        asked = {"host": target.host_text, "port": target.port, "url": url, "because": because}
         approvals = self.box.approvals
         try:
             approval = await approvals.request(decided.source, asked=asked, program=str(target.host),
                                                context={"execs_running": running}, kind="host")
         except LimitReached as exc:
             return False, str(exc)
+        scheme = url.partition(":")[0]
         if approval.info.pending:
             self.event("egress.held", {"url": asked["url"], "approval_id": approval.info.id})
+            held = self.box.allowlist.note_held(Attempt(str(target.host), target.port, scheme, "held"))
             try:
                 await approvals.wait(approval)
             except asyncio.CancelledError:
                 spawn(approvals.withdraw(approval, "its connection went away"),
                       name=f"approval-withdraw-{approval.info.id}")
                 raise
+            finally:
+                self.box.allowlist.release(held)
         info = approval.info
         approved = info.state == "approved"
-        self.attempt(target, asked["url"].partition(":")[0],
+        self.attempt(target, scheme,
                      info.state if info.state in ("approved", "rejected", "expired", "withdrawn") else "refused")
         self.event("egress.approved" if approved else f"egress.{'expired' if info.state == 'expired' else 'rejected'}",
                    {"url": asked["url"], "approval_id": info.id, "state": info.state})

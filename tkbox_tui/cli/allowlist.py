@@ -67,14 +67,17 @@ def start_lines(info: BoxInfo) -> list[str]:
     its entries and warning, and the pinned names."""
     from tkbox_daemon.egress.presets import PRESETS, warnings
 
-    lines = [f"  allow: {', '.join(safe_text(entry) for entry in info.allow)}" if info.allow else
-             f"  allow: {KILL_SWITCH}"]
+    empty = KILL_SWITCH if info.inspect == "bound" else "nothing is allowed: every connection is refused"
+    lines = [f"  allow: {', '.join(safe_text(entry) for entry in info.allow)}" if info.allow else f"  allow: {empty}"]
     for name in info.allow_presets:
         preset = PRESETS.get(name)
         if preset is not None:
             lines.append(f"    preset:{safe_text(name)} = {', '.join(preset.entries)}")
     lines += [f"  {line}" for line in warnings(info.allow_presets)]
     lines += [f"  {line}" for line in _pin_lines(info.resolve)]
+    if info.inspect != "bound":
+        lines.append(f"  inspect: {safe_text(info.inspect)} (a host off the list is refused at once, never held for "
+                     "a person)")
     return lines
 
 

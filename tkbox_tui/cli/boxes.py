@@ -55,6 +55,9 @@ def _run_parser() -> CliParser:
     parser.add_argument("--resolve", action="append", default=None, metavar="NAME=ADDR",
                         help="pin NAME to ADDR (repeat it, or NAME=ADDR,ADDR) instead of the host's resolver, for "
                              "air-gapped hosts and tests; a pinned address passes the same checks")
+    parser.add_argument("--inspect", metavar="MODE",
+                        help="bound (default): a host off the allowlist is held for a person; all: it is refused at "
+                             "once")
     parser.add_argument("--secret", action="append", default=None, metavar="NAME=env:VAR@HOST",
                         help="a secret for the secret door, which is not built yet: refused. Once built, VAR is "
                              "read from the environment of whoever runs tkbox run, and the box sees only a "
@@ -84,7 +87,7 @@ def build_settings(args: argparse.Namespace) -> dict[str, Any]:
             raise CliError("invalid_settings", f"cannot read {config}: {exc.strerror}") from None
         if "workspace" in settings and not os.path.isabs(str(settings["workspace"])):
             settings["workspace"] = str((config.parent / str(settings["workspace"])).resolve())
-    for key in ("name", "image", "task"):
+    for key in ("name", "image", "task", "inspect"):
         if getattr(args, key):
             settings[key] = getattr(args, key)
     settings["workspace"] = str(Path(args.workspace or settings.get("workspace") or ".").resolve())
