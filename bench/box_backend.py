@@ -47,18 +47,21 @@ class Bench:
         checkout = root / "checkout"
         checkout.mkdir()
         (checkout / "README").write_text("bench\n")
-        build_base(checkout, root / "base", box_uid=job_uid)
+        self.layers = root / "layers"  # closed to other users (0700), as the daemon keeps a box's layers
+        self.layers.mkdir(mode=0o700)
+        build_base(checkout, self.layers / "base", box_uid=job_uid)
         generate_etc(root / "etc")
 
     def spec(self, limits: BoxLimits | None) -> BoxSpec:
         self.count += 1
         box = self.root / f"b{self.count}"
-        for name in ("upper", "work", "state"):
-            (box / name).mkdir(parents=True, mode=0o755)
+        rw = self.layers / f"b{self.count}"
+        (box / "state").mkdir(parents=True, mode=0o755)
         for name in ("upper", "work"):
-            os.chown(box / name, self.job_uid, self.job_uid)
+            (rw / name).mkdir(parents=True, mode=0o755)
+            os.chown(rw / name, self.job_uid, self.job_uid)
         return BoxSpec(box_id=f"bench-{os.getpid()}-{self.count}", state_dir=box / "state",
-                       base_dir=self.root / "base", upper_dir=box / "upper", work_dir=box / "work",
+                       base_dir=self.layers / "base", upper_dir=rw / "upper", work_dir=rw / "work",
                        etc_dir=self.root / "etc", box_uid=self.uid, job_uid=self.job_uid, limits=limits or BoxLimits(),
                        use_cgroups=limits is not None)
 

@@ -92,9 +92,11 @@ class InstantEgress(BenchEgress):
 def bench_box(raw_port: int, recorder: RunRecorder | None) -> SimpleNamespace:
     """What ``BoxEgress`` reads of a box: its name, pins, allowlist (and where it notes attempts), run, execs,
     approvals and event sink."""
-    return SimpleNamespace(settings=SimpleNamespace(name="bench", resolve={HOST: ("127.0.0.1",)}),
+    return SimpleNamespace(settings=SimpleNamespace(name="bench", resolve={HOST: ("127.0.0.1",)}, inspect="bound"),
                            egress_allowlist=Allowlist.parse([HOST, f"{HOST}:{raw_port}"]),
-                           allowlist=SimpleNamespace(note_attempt=lambda attempt: None), recorder=recorder,
+                           allowlist=SimpleNamespace(note_attempt=lambda attempt: None,
+                                                     note_held=lambda attempt: None, release=lambda token: None),
+                           recorder=recorder,
                            execs=set(), approvals=None, emit=lambda kind, data=None: None)
 
 

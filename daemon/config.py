@@ -8,6 +8,7 @@ import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from .box.uids import HOST_UID_REGISTRY
 from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
 from .signer.paths import PathError, SignerPaths, ensure_private_dir
 from .wire import daemon_runtime_dir
@@ -19,6 +20,7 @@ class DaemonPaths:
     state_dir: Path
     box_state_root: Path = Path(os.environ.get("TKBOX_BOX_STATE_ROOT", "/var/lib/tkbox/boxes"))
     box_runtime_root: Path = Path(os.environ.get("TKBOX_BOX_RUNTIME_ROOT", "/run/tkbox/boxes"))
+    uid_registry: Path = HOST_UID_REGISTRY  # every daemon's box uid claims (box/uids.py); tests give their own
 
     @property
     def api_socket(self) -> Path:

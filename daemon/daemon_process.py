@@ -17,10 +17,12 @@ import logging
 import os
 import signal
 import sys
+from pathlib import Path
 
 from aiohttp import web
 
 from .api.app import create_app
+from .box import cgroups
 from .box.backend import BoxBackend
 from .config import DaemonConfig, DaemonPaths
 from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
@@ -131,6 +133,9 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--egress-block", action="append", default=[], metavar="NETWORK",
                         help="a network (CIDR) no box may reach through the egress door, beyond the special ranges "
                              "it always refuses (docs/egress.md); repeat it for more")
+    parser.add_argument("--cgroup-root", metavar="DIR",
+                        help="where the host's cgroup file systems are mounted (default /sys/fs/cgroup): a cgroup2 "
+                             "mount or the directory of the v1 hierarchies (docs/box-isolation.md, Limits)")
     return parser
 
 
@@ -150,6 +155,13 @@ def daemon_main(argv: list[str]) -> int:
             print(f"tkbox daemon: --egress-block {network!r} is not a network ({exc}); give one like 192.0.2.0/24",
                   file=sys.stderr)
             return 2
+    if args.cgroup_root is not None:
+        try:
+            kind = cgroups.configure_root(Path(args.cgroup_root))
+        except ValueError as exc:
+            print(f"tkbox daemon: --cgroup-root: {exc}", file=sys.stderr)
+            return 2
+        log.info("boxes use the cgroup %s hierarchy at %s", kind, args.cgroup_root)
     try:
         config = DaemonConfig(DaemonPaths.from_env(), SignerPaths.from_env(), unrecorded=args.unrecorded,
                               max_boxes=args.max_boxes, backend=args.backend, approval_wait=args.approval_wait,

@@ -30,8 +30,10 @@ class Limit:
 
 BOX_VCPUS = Limit("box_vcpus", 2, "CPUs", "CPU share of one box", "tkbox run --cpus N or limits.cpus in tkbox.yaml")
 BOX_MEMORY = Limit("box_memory", 2 * GIB, "bytes", "memory of one box", "tkbox run --memory SIZE or limits.memory")
-BOX_DISK = Limit("box_disk", 4 * GIB, "bytes", "workspace upper layer and tmpfs of one box",
-                 "limits.disk (with the VM backend)", enforced_by="the VM backend's workspace disk")
+BOX_DISK = Limit("box_disk", 4 * GIB, "bytes",
+                 "what one box writes to its workspace (the upper layer: its own ext4 file system, this size, "
+                 "reserved on the host when the box is made); /tmp and the other tmpfs count as box_memory",
+                 "tkbox run --disk SIZE or limits.disk in tkbox.yaml")
 BOX_PIDS = Limit("box_pids", 1024, "processes", "processes in one box", "tkbox run --pids N or limits.pids")
 BOX_LIFETIME = Limit("box_lifetime", 3600, "seconds", "a box's lifetime before it is stopped",
                      "tkbox run --lifetime SECONDS or limits.lifetime")

@@ -30,7 +30,7 @@ EVENT_KINDS = frozenset(
         "box.created", "box.started", "box.stopped", "box.removed", "box.failed", "box.held", "box.released",
         "exec.started", "exec.finished", "exec.denied", "exec.refused",
         "signer.unavailable", "gap", "containment.changed", "patch.saved", "patch.applied",
-        "guest.protocol_error", "box.lost", "daemon.registry",
+        "guest.protocol_error", "guest.ended", "box.lost", "box.oom", "box.disk_full", "daemon.registry",
         "approval.pending", "approval.answered", "approval.expired", "approval.rule_added", "approval.rule_removed",
         "box.exported", "egress.allowlist",
         "egress.allowed", "egress.held", "egress.approved", "egress.rejected", "egress.expired", "egress.refused",

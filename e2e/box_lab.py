@@ -16,7 +16,6 @@ import hashlib
 import json
 import os
 import shutil
-import tempfile
 from contextlib import asynccontextmanager
 from pathlib import Path
 
@@ -24,11 +23,12 @@ import pytest
 
 from tkbox_daemon.box.backend import BoxLimits, BoxSpec
 from tkbox_daemon.box.etcgen import generate_etc
+from tkbox_daemon.box.uids import HOST_UID_REGISTRY
 from tkbox_daemon.box.workspace import build_base
 
 BOX_PYTHON = "/usr/bin/python3"  # Debian's interpreter: never the pyenv shim
 BOUND_S = 60  # how long a broken box may hang a test before it fails
-UID_REGISTRY = Path(tempfile.gettempdir()) / "tkbox-e2e-uids"  # shared by xdist workers: no uid twice at once
+UID_REGISTRY = HOST_UID_REGISTRY  # the daemons' own, host-wide: no uid twice at once on this host
 
 IN_BOX_CHECKS = r'''
 import ctypes, errno, json, os, socket, sys
@@ -176,7 +176,23 @@ def limits(args):
     return {"forked": len(children), "fork_refused": refused,
             "hog_signal": os.WTERMSIG(status) if os.WIFSIGNALED(status) else None}
 
-CHECKS = {f.__name__: f for f in (net, privileged, identity, host, filesystem, leftovers, workspace, processes, limits)}
+def namespaces(args):
+    """The job's namespaces (as links), its cgroups (as its cgroup namespace shows them), its oom_score_adj, and
+    System V IPC: the host's segment must not be found, and one made here must stay here."""
+    libc.shmget.restype = ctypes.c_int
+    IPC_CREAT = 0o1000
+    links = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in args["kinds"]}
+    found = libc.shmget(ctypes.c_int(args["host_shm_key"]), ctypes.c_size_t(0), ctypes.c_int(0))
+    host_shm = "ok" if found >= 0 else name(ctypes.get_errno())
+    made = libc.shmget(ctypes.c_int(args["box_shm_key"]), ctypes.c_size_t(4096), ctypes.c_int(IPC_CREAT | 0o600))
+    own_shm = "ok" if made >= 0 else name(ctypes.get_errno())
+    visible = [int(line.split()[0]) for line in open("/proc/sysvipc/shm").read().splitlines()[1:]]
+    return {"links": links, "host_shm": host_shm, "own_shm": own_shm, "shm_keys": visible,
+            "cgroup": open("/proc/self/cgroup").read().splitlines(),
+            "oom_score_adj": int(open("/proc/self/oom_score_adj").read())}
+
+CHECKS = {f.__name__: f for f in (net, privileged, identity, host, filesystem, leftovers, workspace, processes, limits,
+                                  namespaces)}
 
 def run_as_job(wanted, args):
     """As the guest does: keep only the guest's capabilities, then run the checks in a child that became the job
@@ -266,7 +282,9 @@ class BoxLab:
             (checkout / "hello.txt").write_text("hello from the host")
             (checkout / "run.sh").write_text("#!/bin/sh\necho hi\n")
             os.chmod(checkout / "run.sh", 0o755)
-        self.base = root / "base"
+        self.layers = root / "layers"  # closed to other users (0700), as the daemon keeps a box's layers
+        self.layers.mkdir(mode=0o700)
+        self.base = self.layers / "base"
         self.summary = build_base(checkout, self.base, box_uid=self.job_uid)
         self.etc = root / "etc"
         generate_etc(self.etc)
@@ -275,12 +293,14 @@ class BoxLab:
         self.count += 1
         box_dir = self.root / f"box{self.count}"
         box_dir.mkdir(mode=0o755)
-        for name in ("upper", "work", "state"):
-            (box_dir / name).mkdir(mode=0o755)
+        (box_dir / "state").mkdir(mode=0o755)
+        rw = self.layers / f"box{self.count}"
+        rw.mkdir(mode=0o755)
         for name in ("upper", "work"):
-            os.chown(box_dir / name, self.job_uid, self.job_uid)
+            (rw / name).mkdir(mode=0o755)
+            os.chown(rw / name, self.job_uid, self.job_uid)
         return BoxSpec(box_id=f"e2e-{self.root.name[4:].lower()}-{self.count}", state_dir=box_dir / "state",
-                       base_dir=self.base, upper_dir=box_dir / "upper", work_dir=box_dir / "work",
+                       base_dir=self.base, upper_dir=rw / "upper", work_dir=rw / "work",
                        etc_dir=self.etc, box_uid=self.uid, job_uid=self.job_uid, channels={"agent": box_dir / "agent.sock"},
                        guest_dir=Path(__file__).resolve().parents[1] / "guest", limits=limits or BoxLimits())
 

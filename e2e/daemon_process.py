@@ -15,6 +15,7 @@ from pathlib import Path
 
 from e2e.netns import netns_command
 from e2e.signer_process import TKBOX, tkbox
+from tkbox_daemon.box.disk import release_all_below
 from tkbox_daemon.config import DaemonPaths
 
 
@@ -70,6 +71,8 @@ def daemon_process(*args: str, backend: str = "bwrap", keep_layers: bool = False
         yield daemon
     finally:
         daemon.stop()
+        if not keep_layers:  # box disks a killed daemon left mounted go first: deleting cannot unmount them
+            release_all_below(paths.layers_root)
         for directory in (paths.channels_root,) if keep_layers else (paths.layers_root, paths.channels_root):
             shutil.rmtree(directory, ignore_errors=True)
 

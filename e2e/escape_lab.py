@@ -31,6 +31,8 @@ import watchfiles
 from e2e.daemon_process import wait_for_daemon
 from e2e.escape_attempts import LIMITS, Record, attempts_for
 from e2e.signer_process import TKBOX
+from tkbox_daemon.box.disk import release_all_below
+from tkbox_daemon.boxes.layers import BoxLayers
 from tkbox_daemon.config import DaemonPaths
 from tkbox_daemon.signer.paths import SignerPaths
 
@@ -156,6 +158,7 @@ class EscapeRig:
         if self._listener is not None:
             self._listener.close()
         paths = DaemonPaths.from_env(self.env)
+        release_all_below(paths.layers_root)  # a disk the daemon left mounted: deleting cannot unmount it
         for directory in (paths.layers_root, paths.channels_root):
             shutil.rmtree(directory, ignore_errors=True)
 
@@ -267,7 +270,7 @@ class EscapeRig:
         paths = self.daemon_paths
         return {"host_abstract": self.host_abstract, "host_secret": str(self.host_file), "peer_pid": peer.pid,
                 "peer_port": self.peer_port,
-                "peer_upper_file": str(paths.box_layers(peer.id) / "upper" / "escape-peer-file"),
+                "peer_upper_file": str(BoxLayers(paths.box_layers(peer.id)).upper / "escape-peer-file"),
                 "peer_agent_socket": str(paths.box_runtime(peer.id) / "agent.sock")}
 
     def start_peer_listener(self) -> None:

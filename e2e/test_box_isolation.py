@@ -7,6 +7,7 @@ before the host inspects it from outside.
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import dataclasses
 import json
 import os
@@ -107,6 +108,55 @@ async def test_the_job_and_the_guest_run_as_two_unprivileged_host_uids(lab):
     for key in ("CapEff", "CapPrm", "CapBnd"):
         assert inside["status"][key] == "0000000000000000", (key, inside["status"])
     assert inside["hostname"] == "box"
+
+
+NAMESPACES = ("ipc", "cgroup", "pid", "uts", "mnt", "net", "user")
+IPC_CREAT, IPC_EXCL, IPC_RMID = 0o1000, 0o2000, 0
+
+
+def _shm_keys() -> set[int]:
+    """The keys of the System V shared memory segments the caller's IPC namespace holds."""
+    return {int(line.split()[0]) for line in Path("/proc/sysvipc/shm").read_text().splitlines()[1:]}
+
+
+def _namespace_args() -> dict:
+    host_key, box_key = (int.from_bytes(os.urandom(4), "big") % (2**31 - 2) + 1 for _ in range(2))
+    return {"kinds": NAMESPACES, "host_shm_key": host_key, "box_shm_key": box_key}
+
+
+async def test_the_box_has_its_own_namespaces_system_v_ipc_and_cgroup_view(lab):
+    libc = ctypes.CDLL(None, use_errno=True)
+    args = _namespace_args()
+    segment = libc.shmget(ctypes.c_int(args["host_shm_key"]), ctypes.c_size_t(4096),
+                          ctypes.c_int(IPC_CREAT | IPC_EXCL | 0o666))  # readable by anyone: only the ns keeps it out
+    assert segment >= 0, os.strerror(ctypes.get_errno())
+    try:
+        async with lab.run(["namespaces"], args) as run:
+            seen = run.results["namespaces"]
+            pid1 = {kind: os.readlink(f"/proc/{run.box.pid}/ns/{kind}") for kind in NAMESPACES}
+            host_view = Path(f"/proc/{run.box.pid}/cgroup").read_text().splitlines()
+            host_keys = _shm_keys()  # while the box, and the segment it made, live
+    finally:
+        libc.shmctl(ctypes.c_int(segment), ctypes.c_int(IPC_RMID), None)
+    ours = {kind: os.readlink(f"/proc/self/ns/{kind}") for kind in NAMESPACES}
+    assert [kind for kind in NAMESPACES if pid1[kind] == ours[kind]] == []
+    assert seen["links"] == pid1  # the job is in the box's namespaces, and in none of the host's
+    assert seen["host_shm"] == "ENOENT" and seen["own_shm"] == "ok"
+    assert args["host_shm_key"] not in seen["shm_keys"] and args["box_shm_key"] in seen["shm_keys"]
+    assert args["box_shm_key"] not in host_keys and args["host_shm_key"] in host_keys
+    # its own cgroup namespace: the box sees each of its cgroups as the root, the host sees where they are
+    assert seen["cgroup"] and [line for line in seen["cgroup"] if line.split(":", 2)[2] != "/"] == []
+    if available_controllers():
+        assert any(line.endswith("/" + run.spec.box_id) for line in host_view), host_view
+
+
+async def test_box_processes_are_the_first_the_oom_killer_takes(lab):
+    async with lab.run(["namespaces"], _namespace_args()) as run:
+        pid1 = int(Path(f"/proc/{run.box.pid}/oom_score_adj").read_text())
+        launcher = int(Path(f"/proc/{run.box.launcher_pid}/oom_score_adj").read_text())
+        job = run.results["namespaces"]["oom_score_adj"]
+    assert pid1 == job == 1000
+    assert launcher < 1000  # the launcher (a copy of the daemon) keeps the daemon's value
 
 
 async def test_host_files_sockets_and_processes_are_out_of_reach(lab, lab_dir):

@@ -2,12 +2,13 @@
 started again, real boxes on both backends, driven through the ``tkbox`` command.
 
 The stopped box comes back with its saved patch (``tkbox diff``); the running one comes back ``lost`` — its
-processes went with the daemon (the box guards), it runs nothing more — and ``tkbox rm`` gives back both of its
-host uids (the claims are counted in the daemon's uid registry).
+processes went with the daemon (the box guards), it runs nothing more — and the restart gives back both of its
+host uids (the daemon's claims are counted in the host-wide uid registry).
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import select
 import signal
@@ -17,15 +18,18 @@ import pytest
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tkbox_daemon.box.uids import UidAllocator
 from tkbox_daemon.config import DaemonPaths
 
 pytestmark = pytest.mark.e2e
 
 
 def _claims() -> dict[int, str]:
-    """The daemon's uid registry: uid -> the box that claims it."""
-    registry = DaemonPaths.from_env().state_dir / "uids"
-    return {int(entry.name): entry.read_text().strip() for entry in registry.iterdir()}
+    """This daemon's claims in the host-wide uid registry: uid -> the box that claims it."""
+    paths = DaemonPaths.from_env()
+    with contextlib.closing(UidAllocator(paths.uid_registry)) as registry:
+        claims = registry.listing().claims
+    return {uid: claim.box for uid, claim in claims.items() if claim.holder.daemon == str(paths.state_dir)}
 
 
 def _wait_gone(pidfd: int, seconds: float) -> bool:
@@ -66,6 +70,7 @@ def test_after_a_sigkill_the_stopped_box_keeps_its_diff_and_the_running_one_is_l
             assert "the daemon ended while the box was running" in lost["reason"]
             assert lost["run_state"] == "orphaned" and f"its run {live['run_id']} stays open" in lost["reason"]
             assert "lost" in tkbox("ls").stdout
+            assert sorted(_claims().values()) == [kept["id"]] * 2  # both of the lost box's uids are free
 
             diff = tkbox("diff", "kept").stdout
             assert "new.txt" in diff and "+made" in diff
@@ -74,7 +79,7 @@ def test_after_a_sigkill_the_stopped_box_keeps_its_diff_and_the_running_one_is_l
             assert tkbox("stop", "live", check=False).returncode != 0
 
             tkbox("rm", "live")
-            assert sorted(_claims().values()) == [kept["id"]] * 2  # both of the lost box's uids are free
+            assert sorted(_claims().values()) == [kept["id"]] * 2
             assert not DaemonPaths.from_env().box_layers(live["id"]).exists()
             tkbox("rm", "kept")
             assert _claims() == {} and tkbox_json("ls") == []

@@ -40,7 +40,7 @@ def _open_console(session: str, checkout: os.PathLike[str], done: str, size: tup
                    check=True)
 
 
-@pytest.mark.parametrize("size", [(180, 48), (200, 50)], ids=["180x48", "200x50"])
+@pytest.mark.parametrize("size", [(180, 48)], ids=["180x48"])  # the other sizes: test_console_tmux_e2e.py
 def test_after_down_and_up_no_ghost_rows_and_the_stopped_box_diff_opens(tmp_path, size):
     if not shutil.which("tmux"):
         pytest.fail("tmux is not installed: run scripts/setup.sh")

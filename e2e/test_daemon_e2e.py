@@ -192,6 +192,9 @@ def test_up_starts_signer_daemon_and_a_demo_box_reuses_them_and_down_stops_them(
     monkeypatch.chdir(checkout)
     first = tkbox_json("up", "--backend", "bwrap")
     assert first["signer"]["started"] and first["daemon"]["started"] and first["demo_box"] == "demo"
+    assert first["host"].startswith("host: boxes run with bwrap ") and "cgroup v" in first["host"]
+    plain = tkbox("up", "--no-console").stdout.splitlines()
+    assert plain == [first["host"], "signer running, daemon running"]  # the host summary first, then what started
     again = tkbox_json("up")
     assert not again["signer"]["started"] and not again["daemon"]["started"] and again["demo_box"] is None
     boxes = tkbox_json("ls")

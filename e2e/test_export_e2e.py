@@ -66,13 +66,19 @@ def test_a_stopped_box_exports_a_bundle_that_verifies_with_its_exec_and_exports_
         assert exported.returncode == 0, exported.stderr
         verified = _verify_as_printed(exported.stdout, out)
         assert verified.returncode == 0 and "Integrity: VERIFIED." in verified.stdout, verified.stdout
+        counted = json.loads(tkbox("verify", str(out / "run.tkb"), "--trust", str(out / "run.trust.json"),
+                                   "--json").stdout)
+        assert counted["integrity"] == "VERIFIED" and counted["counts"]["execs"] == 1, counted
 
         records = _records(out / "run.tkb")
         assert records[0]["run_id"] == box["run_id"] and records[-1]["type"] == "run.closed"
         decided = [r["data"] for r in records if r["type"] == "policy.decision"]
         assert [(d["decision_id"], d["tool"], d["verdict"]) for d in decided] == [(decision_id, "Bash", "allow")]
         results = [r["data"] for r in records if r["type"] == "tool.result"]
-        assert [(r["decision_id"], r["status"], r.get("exit_code")) for r in results] == [(decision_id, "ok", 0)]
+        assert [(r["decision_id"], r["status"], r.get("exit_code"), r.get("reported_by")) for r in results] == [
+            (decision_id, "ok", 0, "guest")]
+        assert [r["type"] for r in records].index("policy.decision") < [r["type"] for r in records].index(
+            "tool.result")
 
         listed = {b["name"]: b for b in tkbox_json("ls")}["job"]
         assert listed["run_state"] == "closed" and listed["exported"]["run_id"] == box["run_id"]

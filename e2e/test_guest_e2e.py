@@ -48,7 +48,7 @@ async def test_a_program_that_cannot_start_gets_an_error_response(guest, tmp_pat
     _, missing = await guest.exec(["/nonexistent/program"])
     assert missing["ok"] is False and missing["error"]["code"] == "ENOENT"
     _, bad_cwd = await guest.exec(["true"], cwd=str(tmp_path / "nope"))
-    assert bad_cwd["ok"] is False and bad_cwd["error"]["code"] == "ENOENT"
+    assert bad_cwd["ok"] is False and bad_cwd["error"]["code"] == "CWD_ENOENT"  # the cwd's, not the program's
     pty = await guest.call("exec", argv=["true"], cwd="/", env={}, timeout_ms=0, pty=True)
     assert pty["ok"] is True  # pty execs are supported (e2e/test_pty_e2e.py)
     assert (await guest.call("ping"))["ok"] is True

@@ -26,7 +26,6 @@ no end of input; a host that wants one sends Ctrl-D, ``\x04``, as STDIN).
 from __future__ import annotations
 
 import asyncio
-import errno
 import fcntl
 import os
 import signal
@@ -40,17 +39,10 @@ from .boot import JobUser
 from .channel import Channel, ChannelClosed
 from .protocol import OutputWindow, ProtocolError, StdinWindow
 from .reaper import Reaper
+from .start_errors import StartError, errno_name, popen_failure
 
 STDIN_WRITE = 64 * 1024
 PTY_TERM = "xterm-256color"  # TERM of a pty exec whose environment names none
-
-
-class StartError(Exception):
-    """The process could not be started; ``code`` is an errno name such as ENOENT."""
-
-    def __init__(self, code: str, message: str) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 def _close(fd: int | None) -> None:
@@ -116,9 +108,7 @@ class Exec:
         except OSError as exc:
             for fd in fds:
                 _close(fd)
-            name = errno.errorcode.get(exc.errno or 0, "EIO")
-            where = f": {exc.filename}" if exc.filename else ""
-            raise StartError(name, f"{exc.strerror or exc}{where}") from None
+            raise popen_failure(exc, self.request["argv"][0], self.request["cwd"], kwargs.get("env") or {}) from None
         except (ValueError, subprocess.SubprocessError) as exc:
             for fd in fds:
                 _close(fd)
@@ -141,7 +131,7 @@ class Exec:
         except OSError as exc:
             for fd in ends:
                 _close(fd)
-            raise StartError(errno.errorcode.get(exc.errno or 0, "EIO"), f"cannot make pipes: {exc.strerror}") from None
+            raise StartError(errno_name(exc.errno), f"cannot make pipes: {exc.strerror}") from None
         in_r, in_w, out_r, out_w, err_r, err_w = ends
         proc = self._popen(ends, env=self.env, stdin=in_r, stdout=out_w, stderr=err_w, process_group=0)
         self._watch(proc)
@@ -165,7 +155,7 @@ class Exec:
         except OSError as exc:
             for fd in fds:
                 _close(fd)
-            raise StartError(errno.errorcode.get(exc.errno or 0, "EIO"), f"cannot open a pty: {exc.strerror}") from None
+            raise StartError(errno_name(exc.errno), f"cannot open a pty: {exc.strerror}") from None
         _, _, reader, writer = fds
         env = self.env if "TERM" in self.env else {**self.env, "TERM": PTY_TERM}
         proc = self._popen(fds, env=env, stdin=slave, stdout=slave, stderr=slave, start_new_session=True,

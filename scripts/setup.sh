@@ -4,8 +4,11 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-# Debian packages the product and its tests need; one list in one place.
-DEBIAN_PACKAGES=(python3-venv python3-pip git bubblewrap util-linux iproute2 tmux curl)
+# Debian packages the product and its tests need; one list in one place (util-linux: mount, losetup, setpriv;
+# e2fsprogs: mkfs.ext4, for each box's own disk; openssl: the TLS tests' client; linux-libc-dev: the kernel's
+# syscall numbers the seccomp test checks its own against).
+DEBIAN_PACKAGES=(python3-venv python3-pip git bubblewrap util-linux e2fsprogs iproute2 tmux curl openssl
+                 linux-libc-dev)
 
 missing=()
 for package in "${DEBIAN_PACKAGES[@]}"; do

@@ -43,6 +43,7 @@ from tkbox_daemon.wire import (
 )
 from tkbox_daemon.wire_apply import ApplyFile, ApplyReport
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
+from tkbox_daemon.wire_host import HostCheck, HostReport
 from tkbox_tui.client import DaemonError, DaemonUnreachable
 
 DROP_STREAM = object()
@@ -183,6 +184,11 @@ class FakeDaemonClient:
         self.history: list[Event] = []
         self.calls: list[tuple[Any, ...]] = []
         self.events_after: list[int] = []
+        self.host: HostReport | DaemonError = HostReport(
+            (HostCheck("backend bwrap", "ok", "bubblewrap 0.8.0 at /usr/bin/bwrap"),
+             HostCheck("disk quota", "degraded", "box_disk is not enforced", "none yet")),
+            "bwrap", "host: boxes run with bwrap 0.8.0; 1 to look at: tkbox doctor", "Test OS, Linux 6.0")
+        """What ``host_report`` answers (or raises)."""
         self.unreachable_times = 0
         self.exec_script = default_exec_script
         self.exec_calls: list[FakeExecCall] = []
@@ -300,6 +306,13 @@ class FakeDaemonClient:
     async def health(self) -> dict[str, Any]:
         """Like the daemon's: its last sequence number (the newest event of ``history``)."""
         return {"last_seq": max((event.seq for event in self.history), default=0)}
+
+    async def host_report(self, *, refresh: bool = False) -> HostReport:
+        """``host`` as set by the test (a default report otherwise); ``refresh`` is recorded."""
+        self.calls.append(("host_report", refresh))
+        if isinstance(self.host, DaemonError):
+            raise self.host
+        return self.host
 
     async def boxes(self) -> list[BoxInfo]:
         self.calls.append(("boxes",))

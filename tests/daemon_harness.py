@@ -50,7 +50,7 @@ def make_workspace(base: Path) -> Path:
 async def running_daemon(base: Path, *, backend: BoxBackend | None = None, unrecorded: bool = False,
                          max_boxes: int = 8) -> AsyncIterator[RunningDaemon]:
     runtime = Path(f"/tmp/tkd-{os.getpid()}-{abs(hash(str(base))) % 10**8}")
-    paths = DaemonPaths(runtime, base / "daemon-state")
+    paths = DaemonPaths(runtime, base / "daemon-state", uid_registry=base / "uids")  # not the host-wide one
     backend = backend or FakeBackend(i_understand_this_is_not_isolated=True)
     if unrecorded:
         config = DaemonConfig(paths, signer=None, unrecorded=True, max_boxes=max_boxes)  # type: ignore[arg-type]

@@ -8,6 +8,7 @@ as far as the disk and the signer can tell (see its docstring).
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 from collections.abc import AsyncIterator
@@ -22,6 +23,7 @@ from tests.signer_harness import RunningSigner, running_signer
 from tkbox_daemon.api.app import create_app
 from tkbox_daemon.box.backend import BoxBackend
 from tkbox_daemon.box.fake import FakeBackend
+from tkbox_daemon.box.uids import UidAllocator
 from tkbox_daemon.config import DaemonConfig, DaemonPaths
 
 
@@ -47,15 +49,15 @@ class DaemonLives:
 
     @property
     def uid_claims(self) -> dict[int, str]:
-        """Every claim in the daemon's uid registry: uid -> box id."""
-        registry = self.config.paths.state_dir / "uids"
-        return {int(entry.name): entry.read_text().strip() for entry in registry.iterdir()} if registry.exists() else {}
+        """Every claim in the uid registry the daemon uses: uid -> box id."""
+        with contextlib.closing(UidAllocator(self.config.paths.uid_registry)) as registry:
+            return {uid: claim.box for uid, claim in registry.listing().claims.items()}
 
 
 @asynccontextmanager
 async def daemon_lives(base: Path, *, backend: BoxBackend | None = None) -> AsyncIterator[DaemonLives]:
     runtime = Path(f"/tmp/tkl-{os.getpid()}-{abs(hash(str(base))) % 10**8}")
-    paths = DaemonPaths(runtime, base / "daemon-state")
+    paths = DaemonPaths(runtime, base / "daemon-state", uid_registry=base / "uids")  # not the host-wide one
     async with running_signer(base) as signer:
         lives = DaemonLives(DaemonConfig(paths, signer.paths), backend or FakeBackend(
             i_understand_this_is_not_isolated=True), signer)

@@ -16,7 +16,6 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tkbox_daemon.box.workspace import WorkspaceError, WorkspaceTooLarge, build_base
-from tkbox_daemon.rules import is_credential_file
 
 BOX_UID = 100_321
 
@@ -211,12 +210,16 @@ def test_a_broken_git_tree_is_an_error(tmp_path):
 SEGMENTS = st.sampled_from(["a", "src", ".env", ".env.prod", "x.pem", ".ssh", "id_rsa", ".aws", "credentials",
                             "config", "k.key", "notes.txt", ".git", ".npmrc", "service-account-1.json", ".kube",
                             "main.py", "secrets"])
+# Which of SEGMENTS the docs call credentials (docs/apply.md, docs/policy.md): these names anywhere in a path, and
+# everything under these directories.
+CREDENTIAL_SEGMENTS = {".env", ".env.prod", "x.pem", "id_rsa", "k.key", ".npmrc", "service-account-1.json"}
+CREDENTIAL_DIRECTORIES = {".ssh", ".aws", ".kube"}
 PATHS = st.lists(st.lists(SEGMENTS, min_size=1, max_size=3).filter(lambda parts: parts[0] != ".git").map("/".join),
                  min_size=1, max_size=12, unique=True)  # a top-level .git would make it a (broken) git tree
 
 
 @given(paths=PATHS)
-def test_every_path_is_copied_exactly_when_the_credential_rules_allow_it(paths):
+def test_every_path_is_copied_exactly_when_the_docs_do_not_call_it_a_credential(paths):
     files = [p for p in paths if not any(other.startswith(p + "/") for other in paths)]  # files, not dirs
     with tempfile.TemporaryDirectory() as scratch:
         source = Path(scratch) / "src"
@@ -230,7 +233,10 @@ def test_every_path_is_copied_exactly_when_the_credential_rules_allow_it(paths):
         build_base(source, Path(scratch) / "base", box_uid=None)
         copied = _tree(Path(scratch) / "base")
     for relative in files:
-        expected = not is_credential_file(relative) and ".git" not in relative.split("/")
+        parts = relative.split("/")
+        documented = any(part in CREDENTIAL_SEGMENTS for part in parts) or any(
+            part in CREDENTIAL_DIRECTORIES for part in parts[:-1])
+        expected = not documented and ".git" not in parts
         assert (relative in copied) == expected, relative
         if expected:
             assert copied[relative] == "file:" + relative

@@ -44,7 +44,7 @@ async def _tkbox(daemon, *args: str, stdout: int | None = None) -> tuple[int, by
 
 async def _box_with_hostile_patch(daemon, client, tmp_path) -> None:
     await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path))})
-    upper = daemon.manager.get("t1").layers_dir / "upper"
+    upper = daemon.manager.get("t1").layers.upper
     (upper / "evil.py").write_bytes(HOSTILE_FILE)
     await client.stop_box("t1")
 

@@ -180,7 +180,7 @@ async def test_output_cut_short_by_its_reader_ends_quietly(tmp_path):
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         box = await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path))})
         await client.create_box({"name": "t2", "workspace": str(tmp_path / "ws")})
-        (daemon.manager.get("t2").layers_dir / "upper" / "new.txt").write_text("a change to show\n")
+        (daemon.manager.get("t2").layers.upper / "new.txt").write_text("a change to show\n")
         await client.stop_box("t2")
         for number in range(2000):  # far more than a pipe holds, so writing must meet the closed pipe
             daemon.events.emit(box.id, "guest.protocol_error", {"reason": f"filler {number}", "pad": "x" * 40})

@@ -1,4 +1,6 @@
-"""The command door's rules: the decided command line names what runs, refused env names, stdin fields."""
+"""The command door's rules: the decided command line names what runs, refused env names, stdin fields.
+
+Every form of env rule, and the upstream lists it covers, is tested in tests/test_exec_env_rules.py."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from tkbox_daemon.doors.commands import (
     command_line,
     decision_args,
 )
-from tkbox_daemon.rules import HARMLESS_ENV_NAMES, REFUSED_ENV_NAMES
+from tkbox_daemon.rules import HARMLESS_ENV_NAMES, REFUSED_ENV_RULES
 
 # Disable every builtin, empty PATH: any command then goes to command_not_found_handle with its argv intact,
 # so bash itself tells us the argv it would run.
@@ -84,13 +86,20 @@ def test_harmless_environment_names_pass(name):
     check_request(ExecRequest(argv=("make",), env={name: "1"}))
 
 
-def test_every_refused_prefix_rule_refuses_a_name_it_covers():
-    for rule in REFUSED_ENV_NAMES:
-        name = rule[:-1] + "X" if rule.endswith("*") else rule
+def test_every_refused_rule_refuses_a_name_it_covers():
+    for rule in REFUSED_ENV_RULES:
+        name = {"prefix": rule.text + "X", "suffix": "X" + rule.text}.get(rule.form, rule.text)
         if name in HARMLESS_ENV_NAMES:
             continue
         with pytest.raises(ExecRefused):
             check_request(ExecRequest(argv=("true",), env={name: "1"}))
+
+
+def test_a_value_old_bash_would_import_as_a_function_is_refused_under_any_name():
+    with pytest.raises(ExecRefused, match=r"MY_FLAG.*\(\)") as refused:
+        check_request(ExecRequest(argv=("bash", "-c", "true"), env={"MY_FLAG": "() { :; }; id"}))
+    assert refused.value.rule == "env" and refused.value.exit_code == 126
+    check_request(ExecRequest(argv=("true",), env={"MY_FLAG": "x () {}"}))
 
 
 def test_stdin_known_up_front_is_decided_by_digest_size_and_short_text():

@@ -112,7 +112,7 @@ async def test_remove_on_a_lost_box_says_what_removing_it_does_then_removes_it(t
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmModal)
         question = " ".join(str(app.screen.query_one("#confirm-question").render()).split())
-        assert question.startswith("Remove lost box web? Its layers are deleted and its uids released")
+        assert question.startswith("Remove lost box web? Its layers are deleted (its uids were given back when the daemon restarted)")
         await pilot.press("y")
         await wait_until(pilot, lambda: "b1" not in app.screen.query_one(BoxTable).box_ids)
     assert [call for call in fake.calls if call[0] == "remove_box"] == [("remove_box", "b1")]

@@ -277,7 +277,7 @@ async def test_stop_saves_the_patch_and_a_removed_box_keeps_its_events(tmp_path)
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         await _create(client, tmp_path)
         box = daemon.manager.get("t1")
-        upper = box.layers_dir / "upper"
+        upper = box.layers.upper
         (upper / "new.txt").write_text("made in the box\n")  # what a job's write leaves in the upper layer
         await client.stop_box("t1")
         saved = await client.diff("t1")

@@ -34,6 +34,7 @@ from tkbox_daemon.wire import (
 )
 from tkbox_daemon.wire_apply import ApplyReport
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
+from tkbox_daemon.wire_host import HostReport
 
 T = TypeVar("T")
 STDIN_CHUNK = 64 * 1024
@@ -150,6 +151,10 @@ class DaemonClient:
 
     async def health(self) -> dict[str, Any]:
         return await self._request("GET", "/health")
+
+    async def host_report(self, *, refresh: bool = False) -> HostReport:
+        """What the daemon's host gives a box (``tkbox doctor``), as the daemon checked it."""
+        return HostReport.from_json(await self._request("GET", f"/host?refresh={'true' if refresh else 'false'}"))
 
     async def boxes(self) -> list[BoxInfo]:
         reply = await self._request("GET", "/boxes")

@@ -30,6 +30,8 @@ from .routes_events import routes as event_routes
 from .routes_exec import routes as exec_routes
 from .routes_execs import routes as execs_routes
 from .routes_export import routes as export_routes
+from .routes_host import REPORT
+from .routes_host import routes as host_routes
 
 
 @web.middleware
@@ -51,6 +53,8 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     app.add_routes(apply_routes)
     app.add_routes(export_routes)
     app.add_routes(allowlist_routes)
+    app.add_routes(host_routes)
+    app[REPORT] = {}
 
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()

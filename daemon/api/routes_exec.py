@@ -8,7 +8,10 @@ and, for a tty exec, ``{"type":"resize","rows","cols"}``.
 Daemon → client: ``{"type":"decision", …}``; then either ``{"type":"denied", "exit_code":126, …}`` or
 ``{"type":"started", "stdin_window": N}``, binary output frames (first byte 1 = stdout, 2 = stderr; a tty exec
 has only stdout, the terminal's output),
-``{"type":"stdin_credit", "bytes": n}`` as stdin reaches the process, and ``{"type":"exit", …}``.
+``{"type":"stdin_credit", "bytes": n}`` as stdin reaches the process, and ``{"type":"exit", …}``.  A command that
+never ran gets ``{"type":"error", "code", "rule", "message", "exit_code", "reported_by"}``: ``exec_refused`` (126)
+when the door refused it or the box could not take it, ``program_not_found`` (127) or ``cannot_execute`` (126)
+when the guest could not start its program (``reported_by`` ``guest``: its word).
 
 An ``ask`` (docs/approvals.md): after its decision, ``{"type":"held", "approval_id", "expires_at"}`` while a person
 is asked; then ``{"type":"approved", "approval_id", "by"}`` and ``started`` as above, or ``denied`` with
@@ -141,8 +144,9 @@ async def exec_websocket(request: web.Request) -> web.StreamResponse:
             await socket.send_json({"type": "error", "code": error.code, "message": error.message})
     except ExecRefused as refused:
         with contextlib.suppress(ConnectionResetError):
-            await socket.send_json({"type": "error", "code": "exec_refused", "rule": refused.rule,
-                                    "message": str(refused)})
+            await socket.send_json({"type": "error", "code": refused.code, "rule": refused.rule,
+                                    "message": str(refused), "exit_code": refused.exit_code,
+                                    "reported_by": refused.reported_by})
     except BoxOperationError as error:
         with contextlib.suppress(ConnectionResetError):
             await socket.send_json({"type": "error", "code": error.code, "message": str(error)})

@@ -2,6 +2,9 @@
 
 The launcher L the daemon forks (root) enters a private mount namespace and mounts the workspace overlay there
 (bwrap 0.8 has no overlay options; the mount vanishes with that namespace and never appears in the host's).
+bwrap finds each bind source by path (``/proc/self/fd/N`` read as a link), as the guest's uid, yet the layers
+live below a directory only root may enter: L stages them in a small tmpfs of its own namespace (``_stage``),
+so the guest's uid passes only the launcher's mount point, and no other user reaches a layer at all.
 It makes the box's user namespace (``userns.py``: in-box root is host uid U, the guest's; in-box 1000 is host
 uid J, the jobs'), then forks a child that drops to U with no groups and no capabilities and execs bwrap. bwrap
 (not setuid) enters that namespace (``--userns``; U owns it), keeps only the guest's capabilities there, and
@@ -30,13 +33,15 @@ from tkbox_daemon.box.backend import (
     BoxStartError,
 )
 from tkbox_daemon.box.handle import SupervisedBox
-from tkbox_daemon.box.layout import Bind, BoxSources, Special, Step, Symlink, Tmpfs
+from tkbox_daemon.box.layout import Bind, BoxSources, Special, Step, Symlink, Tmpfs, fd_path
 from tkbox_daemon.box.syscalls import (
     CLONE_NEWNS,
     MS_NODEV,
+    MS_NOEXEC,
     MS_NOSUID,
     MS_PRIVATE,
     MS_REC,
+    bind,
     close_fds_except,
     mount,
     set_child_subreaper,
@@ -46,6 +51,7 @@ from tkbox_daemon.box.syscalls import (
 )
 from tkbox_daemon.box.userns import create_user_namespace
 
+STAGING_TMPFS = "mode=0711,size=16k,nr_inodes=16"  # the staging dir: three mount points, nothing else
 BWRAP_FIXED_OPTIONS = (
     "--unshare-pid", "--unshare-net", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup",
     "--die-with-parent", "--new-session", "--as-pid-1",
@@ -150,8 +156,8 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     unshare(CLONE_NEWNS)
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     sources = ctx.sources.reopened_here()
-    mount("overlay", ctx.mountpoint, "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())
-    workspace_fd = os.open(ctx.mountpoint, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    launch.drop_other_disks(ctx.spec)
+    workspace_fd = _stage(sources, ctx.mountpoint)
     seccomp_fd = os.memfd_create("tkbox-seccomp", 0)
     os.write(seccomp_fd, seccomp.filter_bytes())
     os.lseek(seccomp_fd, 0, os.SEEK_SET)
@@ -179,6 +185,24 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     os.write(ctx.status_fd, f"P{init_pid} {bwrap_pid}\n".encode())
     os.close(ctx.status_fd)
     guard.finish(bwrap_pid)
+
+
+def _stage(sources: BoxSources, staging: str) -> int:
+    """Make the layers bwrap binds reachable by path for the guest's uid, in L's mount namespace only.
+
+    A tmpfs (0711) on ``staging`` gets the workspace overlay (``workspace``) and read-only binds of the base copy
+    and of the upper dir (``base``, ``upper``); ``sources`` then names those binds, and the overlay's fd is
+    returned. On the host the layers stay below their root-only directory. Every mount here is nosuid and nodev.
+    """
+    mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, STAGING_TMPFS)
+    for name in ("workspace", "base", "upper"):
+        os.mkdir(f"{staging}/{name}", 0o755)
+    # the overlay first: its data names the layers' own fds, which restage() then closes
+    mount("overlay", f"{staging}/workspace", "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())
+    for role in ("base", "upper"):
+        bind(fd_path(sources.fd(role)), f"{staging}/{role}", readonly=True)
+        sources.restage(role, f"{staging}/{role}")
+    return os.open(f"{staging}/workspace", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
 
 
 def _exec_bwrap(ctx: launch.LaunchContext, bwrap: str, sources: BoxSources, workspace_fd: int,

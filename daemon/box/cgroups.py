@@ -1,267 +1,238 @@
-"""cgroup v1 for boxes: memory, pids, cpu and freezer groups at ``/sys/fs/cgroup/<controller>/tkbox/<box_id>``.
+"""cgroups for boxes: the interface every host kind implements, and the choice of implementation for this host.
 
-The daemon creates the groups and writes the limits before the box starts; the launcher moves itself (bwrap)
-or PID 1 (ns) into every ``cgroup.procs`` before any of the job runs, so every box process is born inside.
-A controller that is not mounted is skipped with one warning naming the limit that is therefore not enforced:
-the box still starts (pause then falls back to signals, kill to the pid namespace). ``cpuacct`` is used for
-stats only.
+A box gets its own group (``tkbox/<box_id>``) with its limits written before it starts; the launcher moves
+itself (bwrap) or PID 1 (ns) into the group before any of the job runs, so every box process is born inside.
+Two implementations stand behind ``BoxCgroup``:
+
+* ``cgroups_v1.py``: the v1 hierarchies (memory with memsw, pids, cpu, freezer) mounted under the root;
+* ``cgroups_v2.py``: the unified hierarchy (``memory.max`` and ``memory.swap.max``, ``pids.max``, ``cpu.max``,
+  ``cgroup.freeze``, ``cgroup.kill``, ``cgroup.events``), in a subtree the daemon prepares (``cgroups_v2_tree.py``).
+
+``detect_hierarchy`` tells the host kind from the file system at the root (statfs magic): ``v2`` when the root
+itself is a cgroup2 mount, ``hybrid`` when v1 controllers sit beside a cgroup2 ``unified`` mount (tkbox then uses
+v1: that is where the controllers are), ``v1``, or ``none``. A limit the host cannot enforce is skipped with one
+warning naming it, and the box still starts (pause then falls back to signals, kill to the pid namespace).
+
+The root is ``/sys/fs/cgroup`` unless ``configure_root`` (the daemon's ``--cgroup-root``, used by the tests to
+point the daemon at a cgroup2 mount of their own) says otherwise.
 """
 
 from __future__ import annotations
 
-import asyncio
-import errno
 import logging
-import os
-import signal
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import ClassVar
 
-from tkbox_daemon.box.backend import BoxError, BoxLimits
+from tkbox_daemon.box.backend import BoxLimits
+from tkbox_daemon.box.cgroups_files import CGROUP2_SUPER_MAGIC, own_cgroup_lines, statfs_magic, write_file
 
 log = logging.getLogger("tkbox.box.cgroups")
 
 CGROUP_ROOT = Path("/sys/fs/cgroup")
 PARENT_GROUP = "tkbox"
-CONTROLLERS = ("memory", "pids", "cpu", "freezer")
+CONTROLLERS = ("memory", "pids", "cpu", "freezer")  # v1 hierarchy names; also the words of ``BoxCgroup.missing``
 STATS_ONLY_CONTROLLERS = ("cpuacct",)
 FREEZE_TIMEOUT_S = 10.0
-_warned: set[str] = set()
-
-
-def available_controllers(root: Path = CGROUP_ROOT) -> dict[str, Path]:
-    """The usable v1 hierarchies by controller name (``cpu`` and ``cpuacct`` may share one)."""
-    found = {}
-    for name in CONTROLLERS + STATS_ONLY_CONTROLLERS:
-        hierarchy = root / name
-        if (hierarchy / "cgroup.procs").is_file() and os.access(hierarchy, os.W_OK):
-            found[name] = hierarchy
-    return found
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _warned:
-        _warned.add(key)
-        log.warning(message)
-
-
-class BoxCgroup:
-    """The cgroups of one box, one directory per available controller."""
-
-    def __init__(self, box_id: str, groups: dict[str, Path]) -> None:
-        self.box_id = box_id
-        self.groups = groups  # controller -> this box's directory
-        self.missing = sorted(set(CONTROLLERS) - set(groups))
-
-    @classmethod
-    def create(cls, box_id: str, limits: BoxLimits, root: Path = CGROUP_ROOT) -> BoxCgroup:
-        """Make the box's groups and apply ``limits``; raises ``BoxError`` if a live group has this id."""
-        hierarchies = available_controllers(root)
-        groups: dict[str, Path] = {}
-        made: dict[Path, Path] = {}  # real hierarchy -> group (cpu and cpuacct may be one hierarchy)
-        for name, hierarchy in hierarchies.items():
-            real = hierarchy.resolve()
-            if real in made:
-                groups[name] = made[real]
-                continue
-            parent = hierarchy / PARENT_GROUP
-            group = parent / box_id
-            try:
-                parent.mkdir(mode=0o755, exist_ok=True)
-                _make_fresh(group)
-            except OSError as error:
-                _warn_once(f"mkdir-{name}", f"cgroup controller {name} unusable ({error}); continuing without it")
-                continue
-            groups[name] = made[real] = group
-        box = cls(box_id, groups)
-        for name in box.missing:
-            _warn_once(f"missing-{name}", f"cgroup v1 controller {name} is not available: "
-                                          f"{_WHAT_IS_LOST[name]} for boxes on this host")
-        box._apply(limits)
-        return box
-
-    def _apply(self, limits: BoxLimits) -> None:
-        wanted = {
-            "memory": limits.memory_bytes is not None,
-            "pids": limits.pids_max is not None,
-            "cpu": limits.cpu_shares is not None or limits.cpu_quota_us is not None,
-        }
-        for name, needed in wanted.items():
-            if needed and name not in self.groups:
-                log.warning("box %s: %s limit requested but not enforced (no %s cgroup)", self.box_id, name, name)
-        if limits.memory_bytes is not None and "memory" in self.groups:
-            self._write("memory", "memory.limit_in_bytes", limits.memory_bytes)
-            if (self.groups["memory"] / "memory.memsw.limit_in_bytes").exists():
-                self._write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes)  # no escape to swap
-        if limits.pids_max is not None and "pids" in self.groups:
-            self._write("pids", "pids.max", limits.pids_max)
-        if "cpu" in self.groups:
-            if limits.cpu_shares is not None:
-                self._write("cpu", "cpu.shares", limits.cpu_shares)
-            if limits.cpu_quota_us is not None:
-                self._write("cpu", "cpu.cfs_period_us", limits.cpu_period_us)
-                self._write("cpu", "cpu.cfs_quota_us", limits.cpu_quota_us)
-
-    def _write(self, controller: str, name: str, value: int | str) -> None:
-        path = self.groups[controller] / name
-        fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
-        try:
-            os.write(fd, str(value).encode())
-        finally:
-            os.close(fd)
-
-    def _read(self, controller: str, name: str) -> str | None:
-        group = self.groups.get(controller)
-        if group is None:
-            return None
-        try:
-            return (group / name).read_text()
-        except OSError:
-            return None
-
-    def procs_files(self) -> list[str]:
-        """The ``cgroup.procs`` files a launcher writes its pid to (distinct hierarchies only)."""
-        return sorted({str(group / "cgroup.procs") for group in self.groups.values()})
-
-    def join(self, pid: int) -> None:
-        """Move ``pid`` into every group of the box."""
-        for path in self.procs_files():
-            fd = os.open(path, os.O_WRONLY | os.O_CLOEXEC)
-            try:
-                os.write(fd, str(pid).encode())
-            finally:
-                os.close(fd)
-
-    def pids(self) -> set[int]:
-        """Every process in any of the box's groups."""
-        found: set[int] = set()
-        for group in set(self.groups.values()):
-            try:
-                found.update(int(line) for line in (group / "cgroup.procs").read_text().split())
-            except OSError:
-                continue
-        return found
-
-    @property
-    def has_freezer(self) -> bool:
-        return "freezer" in self.groups
-
-    def freezer_files(self) -> tuple[str, str] | None:
-        """(the box's freezer.state, the cgroup.procs of the daemon's own freezer group): a launcher moves
-        itself back there once the box exists, so pausing the box never freezes its launcher."""
-        group = self.groups.get("freezer")
-        if group is None:
-            return None
-        home = own_group_path("freezer")
-        hierarchy = group.parent.parent
-        return str(group / "freezer.state"), str(hierarchy / home.lstrip("/") / "cgroup.procs")
-
-    def freezer_state(self) -> str | None:
-        state = self._read("freezer", "freezer.state")
-        return state.strip() if state is not None else None
-
-    async def set_frozen(self, frozen: bool) -> None:
-        """Freeze or thaw the box and wait until the kernel reports the new state."""
-        want = "FROZEN" if frozen else "THAWED"
-        self._write("freezer", "freezer.state", want)
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + FREEZE_TIMEOUT_S
-        delay = 0.0005
-        while self.freezer_state() != want:  # v1 has no notification for FREEZING -> FROZEN
-            if loop.time() > deadline:
-                raise BoxError(f"box {self.box_id}: freezer did not reach {want}")
-            self._write("freezer", "freezer.state", want)
-            await asyncio.sleep(delay)
-            delay = min(delay * 2, 0.05)
-
-    def kill_all(self, spare: int | None = None) -> None:
-        """SIGKILL every process of the box's groups but ``spare``; then thaw (a frozen v1 task only dies
-        once thawed)."""
-        for pid in self.pids() - {spare}:
-            try:
-                os.kill(pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        if self.has_freezer and self.freezer_state() != "THAWED":
-            self._write("freezer", "freezer.state", "THAWED")
-
-    def stats(self) -> dict[str, object]:
-        out: dict[str, object] = {}
-        for key, controller, name in (
-            ("memory_bytes", "memory", "memory.usage_in_bytes"),
-            ("memory_peak_bytes", "memory", "memory.max_usage_in_bytes"),
-            ("memory_limit_bytes", "memory", "memory.limit_in_bytes"),
-            ("pids", "pids", "pids.current"),
-            ("pids_max", "pids", "pids.max"),
-            ("cpu_usage_ns", "cpuacct", "cpuacct.usage"),
-        ):
-            text = self._read(controller, name)
-            if text is not None and text.strip().isdigit():
-                out[key] = int(text)
-        for key, controller, name, field in (
-            ("oom_kills", "memory", "memory.oom_control", "oom_kill"),
-            ("pids_refused", "pids", "pids.events", "max"),
-        ):
-            text = self._read(controller, name)
-            for line in (text or "").splitlines():
-                parts = line.split()
-                if len(parts) == 2 and parts[0] == field and parts[1].isdigit():
-                    out[key] = int(parts[1])
-        if self.has_freezer:
-            out["frozen"] = self.freezer_state() == "FROZEN"
-        return out
-
-    def remove(self) -> bool:
-        """Remove the box's groups; False if one still has processes (then it is left in place)."""
-        removed = True
-        for group in sorted(set(self.groups.values())):
-            try:
-                os.rmdir(group)
-            except FileNotFoundError:
-                continue
-            except OSError as error:
-                if error.errno != errno.EBUSY:
-                    raise
-                removed = False
-        return removed
-
-
-_WHAT_IS_LOST = {
+HIERARCHY_KINDS = ("v2", "hybrid", "v1", "none")
+WHAT_IS_LOST = {
     "memory": "memory limits are not enforced",
     "pids": "process-count limits are not enforced",
     "cpu": "CPU shares and quotas are not enforced",
     "freezer": "pause uses SIGSTOP/SIGCONT of each box process instead of the freezer",
 }
+_warned: set[str] = set()
+_configured_root: Path | None = None
+_hosts: dict[Path, CgroupHost] = {}
+
+
+def requested_controllers(limits: BoxLimits) -> dict[str, bool]:
+    """Which limit controllers ``limits`` needs (memory, pids, cpu): a box warns for each it needs and lacks."""
+    return {"memory": limits.memory_bytes is not None, "pids": limits.pids_max is not None,
+            "cpu": limits.cpu_shares is not None or limits.cpu_quota_us is not None}
+
+
+def warn_once(key: str, message: str) -> None:
+    """Log ``message`` once per daemon (a host fact, not a per-box one)."""
+    if key not in _warned:
+        _warned.add(key)
+        log.warning(message)
+
+
+@dataclass(frozen=True)
+class GuardFiles:
+    """What a launcher's guard writes besides ``cgroup.procs`` (it runs forked, without the daemon's objects).
+
+    ``leave_to``: the ``cgroup.procs`` a launcher that joined the box moves itself back to once the box exists, so
+    pausing the box never pauses its guard. ``thaw``: (file, text) the guard writes after killing the box (a
+    frozen v1 task dies only once thawed). ``kill``: v2's ``cgroup.kill``, written by a guard that is not itself
+    in the box's group (it would kill the guard too).
+    """
+
+    leave_to: str | None = None
+    thaw: tuple[str, str] | None = None
+    kill: str | None = None
+
+
+@dataclass(frozen=True)
+class CgroupSummary:
+    """What boxes get from cgroups on this host (``tkbox doctor``, the probe)."""
+
+    kind: str  # one of HIERARCHY_KINDS
+    version: str  # the implementation boxes use: "v1", "v2" or "none"
+    enforced: tuple[str, ...]  # of memory, pids, cpu
+    pause: str  # "freezer" (the kernel stops every process) or "signals" (SIGSTOP to each)
+    kill: str  # "cgroup.kill", "cgroup" (SIGKILL to every member) or "pid namespace"
+    detail: dict[str, object] = field(default_factory=dict)
+
+    @property
+    def not_enforced(self) -> tuple[str, ...]:
+        return tuple(name for name in ("memory", "pids", "cpu") if name not in self.enforced)
+
+
+class BoxCgroup(ABC):
+    """The cgroup(s) of one box."""
+
+    box_id: str
+    missing: list[str]  # of CONTROLLERS: what this box goes without (``freezer``: pause by signals)
+
+    @classmethod
+    def create(cls, box_id: str, limits: BoxLimits, root: Path | None = None) -> BoxCgroup:
+        """Make the box's group on the host at ``root`` and apply ``limits``; raises ``BoxError`` if a live
+        group has this id."""
+        return host(root).create(box_id, limits)
+
+    @abstractmethod
+    def procs_files(self) -> list[str]:
+        """The ``cgroup.procs`` files a launcher writes a pid to (one per distinct hierarchy)."""
+
+    def join(self, pid: int) -> None:
+        """Move ``pid`` into the box's group(s)."""
+        for path in self.procs_files():
+            write_file(path, pid)
+
+    @abstractmethod
+    def pids(self) -> set[int]:
+        """Every process in the box's group(s)."""
+
+    @property
+    @abstractmethod
+    def has_freezer(self) -> bool:
+        """Whether ``set_frozen`` works (else pause falls back to signals)."""
+
+    @abstractmethod
+    def guard_files(self) -> GuardFiles:
+        """The files the launcher's guard uses (see ``GuardFiles``)."""
+
+    @abstractmethod
+    async def set_frozen(self, frozen: bool) -> None:
+        """Freeze or thaw the box and wait until the kernel reports it (``BoxError`` after FREEZE_TIMEOUT_S)."""
+
+    @abstractmethod
+    def kill_all(self, spare: int | None = None) -> None:
+        """SIGKILL every process of the box but ``spare``, so that even a frozen one dies."""
+
+    @abstractmethod
+    async def wait_empty(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds until no process is left in the box's group(s)."""
+
+    @abstractmethod
+    def stats(self) -> dict[str, object]:
+        """memory_bytes, memory_peak_bytes, memory_limit_bytes, pids, pids_max, pids_refused, cpu_usage_ns,
+        cpu_throttled_periods, cpu_throttled_ns, oom_kills, frozen: each only when the host can say."""
+
+    @abstractmethod
+    def remove(self) -> bool:
+        """Remove the box's group(s); False if one still has processes (then it is left in place)."""
+
+
+class CgroupHost(ABC):
+    """One host's cgroup file systems, as boxes use them."""
+
+    version: ClassVar[str]
+    root: Path
+
+    @abstractmethod
+    def create(self, box_id: str, limits: BoxLimits) -> BoxCgroup:
+        """A fresh group for the box, limits applied (a leftover empty group of the same id is replaced)."""
+
+    @abstractmethod
+    def leftover(self, box_id: str) -> BoxCgroup:
+        """The group(s) a box of this id left behind (a daemon that died with its boxes)."""
+
+    @abstractmethod
+    def summary(self) -> CgroupSummary:
+        """What a box gets here, read without changing anything."""
+
+
+def detect_hierarchy(root: Path) -> str:
+    """The host kind at ``root``: ``v2``, ``hybrid``, ``v1`` or ``none`` (see the module docstring)."""
+    if statfs_magic(root) == CGROUP2_SUPER_MAGIC:
+        return "v2"
+    from tkbox_daemon.box.cgroups_v1 import available_controllers as v1_controllers
+
+    if not v1_controllers(root):
+        return "none"
+    return "hybrid" if statfs_magic(root / "unified") == CGROUP2_SUPER_MAGIC else "v1"
+
+
+def configure_root(root: Path) -> str:
+    """Use the cgroup file systems at ``root`` from now on (the daemon's ``--cgroup-root``); returns its kind.
+    Raises ``ValueError`` naming what is wrong when ``root`` holds no cgroup file system."""
+    global _configured_root
+    if not root.is_absolute() or not root.is_dir():
+        raise ValueError(f"cgroup root {root} is not an absolute path of a directory")
+    kind = detect_hierarchy(root)
+    if kind == "none":
+        raise ValueError(f"no cgroup file system at {root}: give the directory where cgroup2 is mounted "
+                         "(mount -t cgroup2 none DIR) or where the v1 hierarchies are")
+    _configured_root = root
+    return kind
+
+
+def current_root() -> Path:
+    """The root boxes use: ``configure_root``'s, else ``/sys/fs/cgroup``."""
+    return _configured_root if _configured_root is not None else CGROUP_ROOT
+
+
+def host(root: Path | None = None) -> CgroupHost:
+    """The implementation for the host at ``root`` (default: ``current_root()``), made once per root."""
+    root = current_root() if root is None else root
+    found = _hosts.get(root)
+    if found is None:
+        if detect_hierarchy(root) == "v2":
+            from tkbox_daemon.box.cgroups_v2_tree import V2Host
+
+            found = V2Host(root)
+        else:
+            from tkbox_daemon.box.cgroups_v1 import V1Host
+
+            found = V1Host(root)
+        _hosts[root] = found
+    return found
+
+
+def forget_host(root: Path) -> None:
+    """Drop the cached implementation of ``root`` (a test that unmounts its cgroup2 file system)."""
+    _hosts.pop(root, None)
+
+
+def available_controllers(root: Path | None = None) -> dict[str, Path]:
+    """The usable v1 hierarchies by controller name at ``root`` ({} on a v2-only host)."""
+    from tkbox_daemon.box.cgroups_v1 import available_controllers as v1_controllers
+
+    return v1_controllers(current_root() if root is None else root)
+
+
+def leftover_groups(box_id: str, root: Path | None = None) -> BoxCgroup:
+    """The groups a box of this id left behind: ``pids()``, ``kill_all()`` and ``remove()`` work on them."""
+    return host(root).leftover(box_id)
 
 
 def own_group_path(controller: str) -> str:
     """This process's group in a v1 hierarchy, from /proc/self/cgroup ("/" when not listed)."""
-    try:
-        with open("/proc/self/cgroup") as handle:
-            for line in handle:
-                _, controllers, path = line.rstrip("\n").split(":", 2)
-                if controller in controllers.split(","):
-                    return path
-    except (OSError, ValueError):
-        pass
+    for line in own_cgroup_lines():
+        if controller in line.controllers:
+            return line.path
     return "/"
-
-
-def leftover_groups(box_id: str, root: Path = CGROUP_ROOT) -> BoxCgroup:
-    """The groups a box of this id left behind (a daemon that died with its boxes): ``pids()``, ``kill_all()``
-    and ``remove()`` work on them."""
-    groups = {name: hierarchy / PARENT_GROUP / box_id for name, hierarchy in available_controllers(root).items()
-              if (hierarchy / PARENT_GROUP / box_id).is_dir()}
-    return BoxCgroup(box_id, groups)
-
-
-def _make_fresh(group: Path) -> None:
-    """Create ``group``; a leftover empty group of the same name (a crashed daemon's) is replaced."""
-    try:
-        group.mkdir(mode=0o755)
-        return
-    except FileExistsError:
-        pass
-    if (group / "cgroup.procs").read_text().strip():
-        raise BoxError(f"cgroup {group} already has processes: box id in use")
-    os.rmdir(group)
-    group.mkdir(mode=0o755)

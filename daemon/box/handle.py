@@ -182,7 +182,7 @@ class SupervisedBox(BoxProcess):
             if cgroup.remove():
                 return
             cgroup.kill_all()
-            await asyncio.sleep(0.001 * min(attempt + 1, 20))
+            await cgroup.wait_empty(0.001 * min(attempt + 1, 20))  # v2: until cgroup.events says populated 0
         logger.warning("box %s ended but its cgroups are still busy; left in place", self.box_id)
 
     async def wait(self) -> int:
@@ -201,7 +201,7 @@ class SupervisedBox(BoxProcess):
             except ProcessLookupError:
                 pass
         if self.cgroup is not None:
-            self.cgroup.kill_all(spare=self.launcher_pid)  # also thaws: a frozen v1 task dies only once thawed
+            self.cgroup.kill_all(spare=self.launcher_pid)  # a frozen task too (v1 thaws, v2 lets SIGKILL through)
         if not self._launcher_reaped:
             os.kill(self.launcher_pid, signal.SIGTERM)
 

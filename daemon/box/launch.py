@@ -11,6 +11,7 @@ failed) on a status pipe; ``launch_box`` turns that into a ``handle.SupervisedBo
 from __future__ import annotations
 
 import asyncio
+import errno
 import logging
 import os
 import signal
@@ -20,11 +21,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tkbox_daemon.box import mountinfo
 from tkbox_daemon.box.backend import BoxSpec, BoxStartError, check_argv, exit_code_from_wait_status
-from tkbox_daemon.box.cgroups import BoxCgroup
+from tkbox_daemon.box.cgroups import BoxCgroup, GuardFiles
 from tkbox_daemon.box.handle import LOG_DRAIN_TIMEOUT_S, FdWaiter, LogPump, SupervisedBox, parent_pid
 from tkbox_daemon.box.layout import BoxSources
-from tkbox_daemon.box.syscalls import last_capability, set_parent_death_signal
+from tkbox_daemon.box.syscalls import MNT_DETACH, last_capability, set_parent_death_signal, umount2
 
 log = logging.getLogger("tkbox.box")
 
@@ -43,7 +45,7 @@ class LaunchContext:
     status_fd: int  # write end of the status pipe (pid reports, errors)
     mountpoint: str  # an empty root-owned directory under state_dir, private to the launcher's mount ns
     cgroup_procs: list[str] = field(default_factory=list)
-    freezer: tuple[str, str] | None = None  # (box freezer.state, daemon's freezer cgroup.procs)
+    guard_files: GuardFiles = field(default_factory=GuardFiles)  # what the guard writes (cgroups.GuardFiles)
     last_cap: int = 40
 
 
@@ -67,7 +69,7 @@ async def launch_box(spec: BoxSpec, argv: list[str], *, backend: str,
         log_pump = LogPump(log_r, spec.log_path, spec.log_limit_bytes)
         status_r, status_w = os.pipe2(os.O_CLOEXEC)
         ctx = LaunchContext(spec, argv, sources, os.getpid(), log_w, status_w, str(mountpoint),
-                            cgroup.procs_files() if cgroup else [], cgroup.freezer_files() if cgroup else None,
+                            cgroup.procs_files() if cgroup else [], cgroup.guard_files() if cgroup else GuardFiles(),
                             last_capability())
         try:
             launcher_pid = fork_launcher(lambda: make_child(ctx), status_w)
@@ -242,6 +244,28 @@ def parse_reported_pid(buffer: bytes) -> tuple[int, int | None] | None:
     return None
 
 
+def drop_other_disks(spec: BoxSpec) -> None:
+    """In a launcher's private mount namespace: unmount its copies of the other boxes' disks (every mount below
+    ``spec.disks_root`` but the one holding this box's upper dir). A copy held here would keep a removed box's
+    disk, its loop device and its deleted image alive for as long as this box lives."""
+    if spec.disks_root is None:
+        return
+    own = os.fsencode(spec.upper_dir)
+    try:
+        mounts = mountinfo.read()
+    except (OSError, mountinfo.MountinfoError) as error:  # hygiene, not a wall: say so in box.log and go on
+        os.write(2, f"tkbox launcher: other boxes' disks stay in this namespace: {error}\n".encode())
+        return
+    for point in mountinfo.points_below(mounts, str(spec.disks_root)):
+        if own.startswith(point + b"/"):
+            continue
+        try:
+            umount2(point, MNT_DETACH)
+        except OSError as error:
+            if error.errno not in (errno.EINVAL, errno.ENOENT):  # gone with a mount above it
+                raise
+
+
 def lower_own_oom_score() -> None:
     """Keep the OOM killer off a launcher (a copy of the daemon) where allowed; box processes get +1000."""
     try:
@@ -256,15 +280,16 @@ class OrphanGuard:
     child (bwrap, or PID 1 itself) ends, then reaps everything and exits with that child's status.
 
     The daemon's death arrives as SIGTERM (the parent-death signal), handled here: the box's PID 1 is killed
-    through a pidfd (the kernel then kills its whole pid namespace), the rest of the box's cgroups too, and the
-    freezer thawed (a frozen v1 task dies only once thawed) before this launcher goes. The launcher leaves the
-    freezer group once the box exists, so a paused box still has a live guard. It is a child subreaper, so a
+    through a pidfd (the kernel then kills its whole pid namespace), the rest of the box's cgroups too (v2:
+    ``cgroup.kill``, unless the launcher is itself still in the group), and a v1 freezer thawed (a frozen v1
+    task dies only once thawed) before this launcher goes. The launcher leaves the freezer group (v1) or the
+    box's group (v2) once the box exists, so a paused box still has a live guard. It is a child subreaper, so a
     PID 1 orphaned by bwrap becomes its child and is reaped here, never left to the host's init.
     """
 
     def __init__(self, ctx: LaunchContext) -> None:
         self.cgroup_procs = ctx.cgroup_procs
-        self.freezer = ctx.freezer
+        self.guard_files = ctx.guard_files
         self.child_pid: int | None = None
         self.init_pidfd: int | None = None
         signal.signal(signal.SIGTERM, lambda signum, frame: self.kill_box())
@@ -274,15 +299,15 @@ class OrphanGuard:
 
     def watch(self, child_pid: int, init_pid: int, *, in_box_cgroups: bool) -> None:
         """Guard the box whose PID 1 is ``init_pid``; ``child_pid`` is the launcher's child leading to it. A
-        launcher that joined the box's cgroups leaves the freezer group here, before PID 1 is reported, so
-        the daemon cannot pause the guard with the box."""
+        launcher that joined the box's cgroups leaves the freezer group (v1) or the box's group (v2) here,
+        before PID 1 is reported, so the daemon cannot pause the guard with the box."""
         self.child_pid = child_pid
         try:
             self.init_pidfd = os.pidfd_open(init_pid)
         except ProcessLookupError:
             pass
-        if in_box_cgroups and self.freezer is not None:
-            with open(self.freezer[1], "w") as handle:
+        if in_box_cgroups and self.guard_files.leave_to is not None:
+            with open(self.guard_files.leave_to, "w") as handle:
                 handle.write(str(os.getpid()))
 
     def fds(self) -> set[int]:
@@ -303,16 +328,20 @@ class OrphanGuard:
                     doomed.update(int(line) for line in handle.read().split())
             except OSError:
                 pass
+        members = set(doomed)
         doomed.update(pid for pid in _all_pids() if parent_pid(pid) == me)
         for pid in doomed - {me}:
             try:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        if self.freezer is not None:
+        writes = [self.guard_files.thaw] if self.guard_files.thaw is not None else []
+        if self.guard_files.kill is not None and me not in members:
+            writes.append((self.guard_files.kill, "1"))  # also what forked since the pids were read
+        for path, text in writes:
             try:
-                with open(self.freezer[0], "w") as handle:
-                    handle.write("THAWED")
+                with open(path, "w") as handle:
+                    handle.write(text)
             except OSError:
                 pass
 

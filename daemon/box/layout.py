@@ -1,7 +1,9 @@
 """The mount layout inside a box (docs/box-contract.md) as one ordered plan, and the host objects it is built from.
 
 ``BoxSources.open`` opens every host path a box uses with ``O_PATH | O_NOFOLLOW`` and checks its type and owner
-(a planted symlink is refused, never followed). A launcher, once in its own mount namespace, reopens the same
+(a planted symlink is refused, never followed), and that the workspace's layers (base, upper, work) lie below a
+directory no other user may enter: whatever a box makes of its files (a set-id copy of an interpreter, say), no
+local user reaches them by path. A launcher, once in its own mount namespace, reopens the same
 paths and requires the very inodes the daemon checked (``reopened_here``); mounts then name those fds as
 ``/proc/self/fd/N``, so nothing can be swapped between the check and the mount. ``plan()`` lists the mounts in
 order; the ns launcher performs them with mount(2), the bwrap backend renders them as bwrap options.
@@ -12,6 +14,7 @@ from __future__ import annotations
 import os
 import stat
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from tkbox_daemon.box.backend import BOX_HOME, CHANNEL_DIR, WORKSPACE_DIR, BoxSpec, BoxStartError
 
@@ -95,6 +98,8 @@ class BoxSources:
         self._keep("base", spec.base_dir, _open_dir(spec.base_dir, "base_dir", owner=job_uid))
         self._keep("upper", spec.upper_dir, _open_dir(spec.upper_dir, "upper_dir", owner=job_uid))
         self._keep("work", spec.work_dir, _open_dir(spec.work_dir, "work_dir", owner=job_uid))
+        for what, path in (("base_dir", spec.base_dir), ("upper_dir", spec.upper_dir), ("work_dir", spec.work_dir)):
+            check_closed_to_others(path, what)
         if os.fstat(self.fd("upper")).st_dev != os.fstat(self.fd("work")).st_dev:
             raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
         self._keep("etc", spec.etc_dir,
@@ -160,6 +165,18 @@ class BoxSources:
             fresh.opened[role] = Source(fd, source.path)
         return fresh
 
+    def restage(self, role: str, path: str) -> None:
+        """Point ``role`` at what is now at ``path`` in this mount namespace (a launcher's own bind of it): opened
+        ``O_PATH | O_NOFOLLOW``, it must be the very inode ``role`` named, whose fd is then closed."""
+        fd = os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY)
+        old = self.opened[role]
+        checked, now = os.fstat(old.fd), os.fstat(fd)
+        if (checked.st_dev, checked.st_ino) != (now.st_dev, now.st_ino):
+            os.close(fd)
+            raise BoxStartError(f"{path} is not the {role} layer it was bound from")
+        os.close(old.fd)
+        self.opened[role] = Source(fd, path)
+
     def overlay_data(self) -> str:
         """Mount data for the workspace overlay (paths through our fds: no escaping, no races)."""
         return (f"lowerdir={fd_path(self.fd('base'))},upperdir={fd_path(self.fd('upper'))},"
@@ -208,6 +225,23 @@ def _open_dir(path: object, what: str, *, owner: int | None = None, not_owned_by
         os.close(fd)
         raise BoxStartError(f"{what} {path}: {problem}")
     return fd
+
+
+def check_closed_to_others(path: object, what: str) -> None:
+    """Refuse ``path`` unless a directory above it belongs to us (the daemon's user) and is closed to everyone
+    else (no group or other permission bits, 0700): then no other local user can reach it by path, whatever
+    modes the box gives the files below it."""
+    euid = os.geteuid()
+    for parent in Path(os.fspath(path)).parents:  # type: ignore[arg-type]
+        try:
+            info = os.lstat(parent)
+        except OSError as error:
+            raise BoxStartError(f"{what} {path}: {parent} cannot be checked ({error.strerror})") from None
+        if stat.S_ISDIR(info.st_mode) and info.st_uid == euid and not info.st_mode & 0o077:
+            return
+    raise BoxStartError(f"{what} {path}: no directory above it is closed to other users (owned by uid {euid}, "
+                        "mode 0700), so any local user could reach the box's files; keep a box's layers below "
+                        "such a directory")
 
 
 def _open_dir_at(dir_fd: int, name: str, shown: str) -> int:

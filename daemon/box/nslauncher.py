@@ -219,7 +219,8 @@ def _make_file(path: str) -> None:
 def _make_dev(target: str, uid: int) -> None:
     """A minimal /dev like bwrap's: a few host device nodes bound in, a private devpts, shm."""
     os.makedirs(target, 0o755, exist_ok=True)
-    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NOEXEC, "mode=0755,size=64k")
+    # nodev too: the nodes are binds of the host's, each its own mount; nothing on this tmpfs is a device
+    mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, "mode=0755,size=64k")
     for name in DEV_NODES:
         _make_file(f"{target}/{name}")
         bind(f"/dev/{name}", f"{target}/{name}", readonly=False, flags=MS_NOSUID | MS_NOEXEC)

@@ -4,7 +4,8 @@
   allowed for non-root users, which the bwrap backend needs).
 * ``ns``: we are root, overlayfs is available, and a forked child can unshare the mount, pid, net, ipc, uts
   and cgroup namespaces and then, as an unprivileged uid, a user namespace.
-* ``cgroups``: which v1 controllers are usable (limits and the freezer degrade without them).
+* ``cgroups``: the host's cgroup kind (v1, v2, hybrid, none), the limits boxes get and how pause works
+  (``cgroups.CgroupSummary``; limits and the freezer degrade without controllers).
 
 ``FakeBackend`` is never offered here: it has no isolation.
 """
@@ -16,9 +17,9 @@ import shutil
 import subprocess
 from dataclasses import dataclass, field
 
+from tkbox_daemon.box import cgroups
 from tkbox_daemon.box.backend import BoxBackend, BoxError
 from tkbox_daemon.box.bwrap import BwrapBackend
-from tkbox_daemon.box.cgroups import available_controllers
 from tkbox_daemon.box.nslauncher import NsBackend
 from tkbox_daemon.box.syscalls import (
     CLONE_NEWCGROUP,
@@ -96,17 +97,22 @@ def probe_namespaces() -> BackendProbe:
     return BackendProbe("ns", True, "ok")
 
 
+def probe_cgroups() -> BackendProbe:
+    summary = cgroups.host().summary()
+    usable = bool(summary.enforced) or summary.pause == "freezer"
+    reason = (f"cgroup {summary.version} ({summary.kind} host): limits {', '.join(summary.enforced) or 'none'}, "
+              f"pause by {summary.pause}")
+    detail = {"kind": summary.kind, "version": summary.version, "enforced": list(summary.enforced),
+              "pause": summary.pause, "kill": summary.kill,
+              "controllers": summary.detail.get("controllers", list(summary.enforced))}
+    return BackendProbe("cgroups", usable, reason if usable else f"no usable cgroups: {reason}", detail)
+
+
 def probe_backends(*, refresh: bool = False) -> dict[str, BackendProbe]:
-    """Probe results by backend name, plus ``cgroups`` (detail: usable controllers)."""
+    """Probe results by backend name, plus ``cgroups`` (detail: the host's ``CgroupSummary``)."""
     if refresh or not _cache:
-        controllers = sorted(available_controllers())
         _cache.clear()
-        _cache.update({
-            "bwrap": probe_bwrap(),
-            "ns": probe_namespaces(),
-            "cgroups": BackendProbe("cgroups", bool(controllers), "ok" if controllers else "no cgroup v1 controllers",
-                                    {"controllers": controllers}),
-        })
+        _cache.update({"bwrap": probe_bwrap(), "ns": probe_namespaces(), "cgroups": probe_cgroups()})
     return dict(_cache)
 
 

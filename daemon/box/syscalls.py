@@ -18,6 +18,7 @@ _libc.umount2.argtypes = [ctypes.c_char_p, ctypes.c_int]
 _libc.unshare.argtypes = [ctypes.c_int]
 _libc.sethostname.argtypes = [ctypes.c_char_p, ctypes.c_size_t]
 _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+_libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 _libc.syscall.restype = ctypes.c_long
 
 CLONE_NEWNS = 0x00020000
@@ -33,6 +34,7 @@ MS_NOSUID = 0x2
 MS_NODEV = 0x4
 MS_NOEXEC = 0x8
 MS_REMOUNT = 0x20
+MS_NOATIME = 0x400
 MS_BIND = 0x1000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
@@ -80,6 +82,12 @@ def bind(source: str | bytes, target: str | bytes, *, readonly: bool, flags: int
 
 def umount2(target: str | bytes, flags: int) -> None:
     _check(_libc.umount2(_b(target), flags), f"umount2({target!r})")
+
+
+def fallocate(fd: int, length: int) -> None:
+    """Reserve ``length`` bytes on disk for ``fd``'s file (fallocate(2), mode 0). Where the file system cannot,
+    it fails with EOPNOTSUPP (glibc's ``posix_fallocate`` would write zeros instead, slowly)."""
+    _check(_libc.fallocate(fd, 0, 0, length), "fallocate")
 
 
 def pivot_root(new_root: str | bytes, put_old: str | bytes) -> None:

@@ -151,7 +151,7 @@ async def apply_box_patch(box: Box, session: ApplySession, *, on_held: OnHeld) -
     data = saved[0]
     digest = hashlib.sha256(data).hexdigest()
     try:
-        reading = await asyncio.to_thread(apply_read.read_box_patch, data, box.layers_dir / "base",
+        reading = await asyncio.to_thread(apply_read.read_box_patch, data, box.layers.base,
                                           box.settings.workspace)
         files = _select([_file_entry(plan, included=True) for plan in reading.plans], session.options.only)
     except (PatchRefused, PathNotText, PlanError, CheckoutError, ApplyRefused, apply_read.ReadRefused) as exc:

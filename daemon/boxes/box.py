@@ -22,8 +22,9 @@ from typing import TYPE_CHECKING, Any
 from .. import limits
 from ..approvals.box_approvals import BoxApprovals
 from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
+from ..box.disk import DiskError, DiskUsage
 from ..box.etcgen import generate_etc
-from ..doors.commands import ExecRefused
+from ..doors.commands import ExecRefused, start_refusal
 from ..egress.allowlist import Allowlist
 from ..egress.box_context import BoxEgress
 from ..patch import PatchError
@@ -35,6 +36,7 @@ from .egress_listener import EgressHandler, EgressListener, refuse_door_not_enab
 from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
+from .layers import DISK_POLL_S, LIMIT_SOURCE, BoxLayers, FullDiskWatch, disk_full_record
 from .live_allowlist import LiveAllowlist
 from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
@@ -85,7 +87,9 @@ class Box:
         self.state_dir = manager.config.paths.box_state(box_id)
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
-        self.patches = BoxPatches(self.layers_dir, self.state_dir, settings)
+        self.layers = BoxLayers(self.layers_dir)  # where its layers and its disk live (layers.py)
+        self.disk_watch = FullDiskWatch(self.layers, self._disk_full)
+        self.patches = BoxPatches(self.layers, self.state_dir, settings)
         self.run_export = load_run_export(self.state_dir)  # its run's last export (run_export.py), kept on disk
         self._exec_history: ExecHistory | None = None
         self.recorder: RunRecorder | None = None
@@ -106,6 +110,7 @@ class Box:
         self._tasks: list[asyncio.Task[Any]] = []
         self._poll_now = asyncio.Event()
         self._stop_lock = asyncio.Lock()
+        self._oom_kills_seen = 0  # the box's out-of-memory kills already reported in a box.oom event
 
     @property
     def state(self) -> str:
@@ -166,6 +171,8 @@ class Box:
                 "lost": "box.lost", "removed": "box.removed"}.get(state)
         if kind:
             data: dict[str, Any] = {"state": state, "reason": reason} if reason else {"state": state}
+            if state in ("stopped", "failed") and (oom_kills := self.note_oom_kills()):
+                data["oom_kills"] = oom_kills  # the kernel's count, from the box's memory cgroup
             if state in ("stopped", "failed") and self.link is not None:
                 # requests the host gave up on, and answers that came after it had: counted, never believed
                 data.update({key: value for key, value in (("guest_timeouts", self.link.timeouts),
@@ -203,17 +210,17 @@ class Box:
     async def create(self, backend: BoxBackend) -> None:
         """Register the run, build the workspace and /etc, start the box and wait for its guest."""
         self.state_dir.mkdir(parents=True, mode=0o700)
-        self.layers_dir.mkdir(mode=0o711)
+        self.layers.make_root()
         self.runtime_dir.mkdir(mode=0o700)
         self.manager.events.attach_box(self.id, self.state_dir)
         self.emit("box.created", {"name": self.settings.name, "workspace": str(self.settings.workspace),
                                   "image": self.settings.image})
-        if self.manager.signer is not None:
-            self.recorder = RunRecorder(self.manager.signer, self.id, stop_box=self._stop_for_loss,
-                                        on_event=self.emit)
-            await self.recorder.register({"box_id": self.id, **self.settings.public()}, self.settings.task)
-        else:
-            self.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
+        # a real box's disk is formatted (in its own process) while the run is registered
+        disk_bytes = self.settings.limit("disk") if backend.isolated else None
+        for outcome in await asyncio.gather(self._register_run(), asyncio.to_thread(self.layers.start, disk_bytes),
+                                            return_exceptions=True):
+            if isinstance(outcome, BaseException):
+                raise outcome
         layers = await asyncio.to_thread(self._prepare_layers)
         os.chown(self.runtime_dir, self.uid, self.uid)  # the box uid connects to its channel sockets
         os.chmod(self.runtime_dir, 0o700)
@@ -229,7 +236,7 @@ class Box:
         await self.egress.start()
         try:
             spec = BoxSpec(
-                box_id=self.id, state_dir=self.layers_dir / "backend", base_dir=layers["base"],
+                box_id=self.id, state_dir=self.layers.backend, base_dir=layers["base"],
                 upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
                 job_uid=self.job_uid,
                 channels={"boot": boot.path, "agent": agent.path, "egress": self.egress.path},
@@ -237,6 +244,7 @@ class Box:
                 image_root=Path(self.settings.image[4:]) if self.settings.image.startswith("dir:") else None,
                 limits=BoxLimits(memory_bytes=self.settings.limit("memory"), pids_max=self.settings.limit("pids"),
                                  cpu_quota_us=self.settings.limit("cpus") * 100_000),
+                disks_root=self.manager.config.paths.box_state_root,
             )
             self.process = await backend.start(spec, self._guest_argv(backend, boot.path))
             reader, writer = await agent.wait(GUEST_CONNECT_TIMEOUT)
@@ -253,23 +261,28 @@ class Box:
         ]
         if self.recorder is not None:
             self._tasks.append(spawn(self._poll_containment(), name=f"box-containment-{self.id}"))
+        if self.layers.has_disk():
+            self._tasks.append(spawn(self._watch_disk(), name=f"box-disk-{self.id}"))
+
+    async def _register_run(self) -> None:
+        if self.manager.signer is not None:
+            self.recorder = RunRecorder(self.manager.signer, self.id, stop_box=self._stop_for_loss,
+                                        on_event=self.emit)
+            await self.recorder.register({"box_id": self.id, **self.settings.public()}, self.settings.task)
+        else:
+            self.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
 
     def _prepare_layers(self) -> dict[str, Path]:
-        from ..box.workspace import build_base
-
-        layers = {name: self.layers_dir / name for name in ("base", "upper", "work")}
-        layers["etc"] = self.manager.etc_dir
+        """The base copy and, for a real box, its own disk of ``limits.disk`` bytes for what it writes."""
+        layers = {"base": self.layers.base, "upper": self.layers.upper, "work": self.layers.work,
+                  "etc": self.manager.etc_dir}
         if self.settings.image.startswith("dir:"):  # an image brings its own /usr: no host loader cache in /etc
-            layers["etc"] = self.layers_dir / "etc"
+            layers["etc"] = self.layers.etc
             generate_etc(layers["etc"], hostname="box", uses_host_usr=False)
-        summary = build_base(self.settings.workspace, layers["base"], box_uid=self.job_uid,
-                             max_files=self.settings.limit("workspace_files"),
-                             max_bytes=self.settings.limit("workspace_bytes"))
+        summary = self.layers.prepare(self.settings.workspace, job_uid=self.job_uid,
+                                      max_files=self.settings.limit("workspace_files"),
+                                      max_bytes=self.settings.limit("workspace_bytes"))
         self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
-        for name in ("upper", "work"):
-            layers[name].mkdir(mode=0o755)
-            os.chown(layers[name], self.job_uid, self.job_uid)
-        (self.layers_dir / "backend").mkdir(mode=0o711)  # bubblewrap, as the box uid, resolves mounts below it
         return layers
 
     def _boot_config(self, backend: BoxBackend, layers: dict[str, Path]) -> dict[str, Any]:
@@ -330,18 +343,58 @@ class Box:
         reply = await handle.started
         if reply.get("ok") is False:
             error = reply["error"]
-            raise ExecRefused("start", f"the command could not start: {error['code']}: {error['message']}",
-                              reported_by="guest")
+            raise start_refusal(request.argv[0], error["code"], error["message"])
         self.execs.add(session)
         self.execs_total += 1
         return handle
 
     def complete_exec_soon(self, session: ExecSession, **fields: Any) -> None:
+        self.disk_watch.check()  # a command's end is where a full disk shows: read before its end is told
         if self.recorder is not None and session.decision_id:
             self.recorder.complete_soon(session.decision_id, **fields)
 
     def exec_done(self, session: ExecSession) -> None:
         self.execs.discard(session)
+        self.note_oom_kills()
+
+    def note_oom_kills(self) -> int:
+        """The box's out-of-memory kills as its memory cgroup counts them (0 when the host cannot say); emits
+        ``box.oom`` when there were more since the last look (each exec's end, the box's end)."""
+        kills = self.process.stats().get("oom_kills") if self.process is not None else None
+        if not isinstance(kills, int):
+            return 0
+        if kills > self._oom_kills_seen:
+            data = {"limit": limits.BOX_MEMORY.name, "oom_kills": kills, "new": kills - self._oom_kills_seen,
+                    "reason": f"limit {limits.BOX_MEMORY.name} reached: the kernel killed {kills} process(es) of "
+                              f"the box for memory; {limits.BOX_MEMORY.how_to_raise}"}
+            self.emit("box.oom", data)
+            if self.recorder is not None and not self.recorder.closed:  # the host's own reading, like a full disk
+                self.recorder.observe_must_keep(LIMIT_SOURCE, data, trust="trusted")
+            self._oom_kills_seen = kills
+        return kills
+
+    def _disk_full(self, usage: DiskUsage) -> None:
+        """The box filled its disk (its writes fail with ENOSPC; nothing else on the host is touched): recorded,
+        and the box runs on."""
+        data = disk_full_record(usage)
+        self.emit("box.disk_full", data)
+        if self.recorder is not None and not self.recorder.closed:
+            self.recorder.observe_must_keep(LIMIT_SOURCE, data, trust="trusted")
+
+    async def _watch_disk(self) -> None:
+        """Between commands too (a job may write in the background): read the disk every ``DISK_POLL_S``."""
+        while self.state in ("running", "held"):
+            await asyncio.sleep(DISK_POLL_S)
+            self.disk_watch.check()
+
+    async def _release_disk(self) -> None:
+        """Once nothing of the box runs and its patch is saved: a last reading, then unmount its disk (the loop
+        device goes with it; the image stays with the layers until the box is removed)."""
+        self.disk_watch.check()
+        try:
+            await asyncio.to_thread(self.layers.release_disk)
+        except (DiskError, OSError) as exc:
+            self.emit("gap", {"kind": "disk", "reason": f"the box's disk could not be released: {exc}"})
 
     # ---- patch ----------------------------------------------------------------------------
     async def live_patch(self) -> tuple[bytes, list[dict[str, Any]]]:
@@ -383,6 +436,7 @@ class Box:
             await self._end_process()
             if save_patch and was_live:
                 await self._save_patch()
+            await self._release_disk()
             for task in self._tasks:
                 if task is not asyncio.current_task():
                     task.cancel()
@@ -431,6 +485,7 @@ class Box:
             await self._end_process()
             if was_live and self.layers_dir.exists():
                 await self._save_patch()
+            await self._release_disk()
             for task in self._tasks:
                 if task is not asyncio.current_task():
                     task.cancel()
@@ -452,7 +507,10 @@ class Box:
         finally:  # a stop that failed still closes the run
             await self.close_run("box removed")
         self.manager.events.detach_box(self.id)
-        await asyncio.to_thread(shutil.rmtree, self.layers_dir, True)
+        try:
+            await asyncio.to_thread(self.layers.remove)  # the disk released first, then every layer deleted
+        except (DiskError, OSError) as exc:
+            self.emit("gap", {"kind": "disk", "reason": f"the box's layers could not be deleted: {exc}"})
         shutil.rmtree(self.runtime_dir, ignore_errors=True)
         self.exec_history.discard()  # its execs' records and output go with it
         self.set_state("removed")

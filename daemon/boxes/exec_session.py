@@ -5,6 +5,7 @@
     decide(Bash) ─ ask ─▶ held: an approval (docs/approvals.md) ─ not approved ─▶ ExecDenied (126, why)
                                                                 ─ approved (recorded first) ─▶ runs as decided
     guest exec ─▶ exec.started ─▶ output … ─▶ EXIT ─▶ complete(exit status, streamed stdin digest) ─▶ exec.finished
+    guest exec ─ could not start ─▶ ExecRefused (127 not found, else 126: the guest's word); complete(start_failed)
 
 A held exec waits with the host's own deadline (the approval's expiry, then the time to record it); its client is
 told (``on_held``) and, when it goes away, the approval is withdrawn.  An approved exec runs exactly as decided:
@@ -115,8 +116,10 @@ class ExecSession:
             await self._record_host_end("box_ended", str(exc))
             raise GuestFailure(f"the command did not start: {exc}") from None
         except ExecRefused as refused:  # allowed, but it never ran: the decision still gets its completion
-            await self._record_host_end("start_failed", str(refused),
-                                        reported_by=refused.reported_by)
+            # A status the guest gave (127 not found, 126 cannot execute) is recorded as its word; the host's own
+            # refusals (the box's state, its limit of commands) have none.
+            await self._record_host_end("start_failed", str(refused), reported_by=refused.reported_by,
+                                        exit_code=refused.exit_code if refused.reported_by == "guest" else None)
             raise
         approved = {"approval_id": self.approval.id} if self.approval is not None else {}
         self.box.emit("exec.started", {"command": self.command, "decision_id": self.decision_id,
@@ -296,12 +299,13 @@ class ExecSession:
         if self._aborted:  # the client went while we waited for room: what we put is nobody's
             self._drop_client_output()
 
-    async def _record_host_end(self, outcome: str, reason: str, *, reported_by: str = "host") -> dict[str, Any]:
-        """An end the guest did not report as an exit: the host's word (or the guest's refusal to start).
-        Returns the exit for the client."""
-        exit_info = {"exit_code": None, "signal": None, "timed_out": outcome == "host_time_limit",
+    async def _record_host_end(self, outcome: str, reason: str, *, reported_by: str = "host",
+                               exit_code: int | None = None) -> dict[str, Any]:
+        """An end the guest did not report as an exit: the host's word (or the guest's refusal to start, with the
+        status it stands for). Returns the exit for the client."""
+        exit_info = {"exit_code": exit_code, "signal": None, "timed_out": outcome == "host_time_limit",
                      "error": reason, "reported_by": reported_by}
-        await self._finish("error", None, exit_info, reported_by=reported_by, outcome=outcome, reason=reason)
+        await self._finish("error", exit_code, exit_info, reported_by=reported_by, outcome=outcome, reason=reason)
         return exit_info
 
     async def _finish(self, status: str, exit_code: int | None, exit_info: dict[str, Any], *, reported_by: str,

@@ -2,8 +2,9 @@
 
 Every box is in the daemon's registry on disk (``registry.py``) from the moment it holds its uids until its
 removal is complete, so a restarted daemon lists every box it knew (``recovery.py``).  Each box claims two host
-uids (the guest's and the jobs'); they are released when the box is removed or fails to start, and a restart
-releases the claims of a creation it cut short.
+uids (the guest's and the jobs') in the host-wide uid registry (``box/uids.py``), in the name of this daemon's state
+directory; they are released when the box is removed or fails to start, and a restart releases the claims of a
+creation it cut short and of every box it finds lost.
 """
 
 from __future__ import annotations
@@ -21,7 +22,8 @@ from ..api.errors import ApiError, not_found
 from ..approvals.registry import ApprovalRegistry
 from ..box.backend import BoxBackend, BoxError
 from ..box.etcgen import generate_etc
-from ..box.uids import UidAllocator, UidsExhausted
+from ..box.uid_claims import ClaimHolder
+from ..box.uids import UidAllocator, UidRegistryError, UidsExhausted
 from ..config import DaemonConfig
 from ..egress.hostaddrs import HostAddresses
 from ..events import EventBus
@@ -72,6 +74,17 @@ LIVE_STATES = ("creating", "running", "held", "stopping")
 GUEST_INTERPRETER = GUEST_ARGV[0]
 
 
+def open_uid_allocator(config: DaemonConfig) -> UidAllocator:
+    """The host-wide uid registry, with this daemon (named by its state directory, so its restarts own its claims)
+    as the holder of the claims it makes, and its box registry as the proof that a box still exists."""
+    holder = ClaimHolder.this_process(daemon=str(config.paths.state_dir), records=box_registry_dir(config))
+    return UidAllocator(config.paths.uid_registry, holder=holder)
+
+
+def box_registry_dir(config: DaemonConfig) -> Path:
+    return config.paths.state_dir / "registry"
+
+
 class BoxManager:
     def __init__(self, config: DaemonConfig, events: EventBus, signer: AsyncSignerClient | None,
                  backend: BoxBackend, *, guest_dir: Path = GUEST_DIR) -> None:
@@ -83,12 +96,22 @@ class BoxManager:
         self.boxes: dict[str, Box] = {}
         self.approvals = ApprovalRegistry(wait_seconds=config.approval_wait)  # every box's, in memory only
         self.host_addresses = HostAddresses()  # the host's own addresses, which no box's egress reaches
-        self.uids = UidAllocator(config.paths.state_dir / "uids")
-        self.registry = BoxRegistry(config.paths.state_dir / "registry")
+        self.registry = BoxRegistry(box_registry_dir(config))
         self.registry.lock()
+        self.uids = open_uid_allocator(config)
+        self._claiming = asyncio.Lock()  # one create claims at a time, in one thread (the pair is taken together)
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
         self.etc_dir = install_etc(config.paths.layers_root / "etc")
         recover_boxes(self)
+
+    def _claim_uids(self, box_id: str) -> tuple[int, int]:
+        """The guest's host uid and the jobs' (never the same); both or neither."""
+        uid = self.uids.allocate(box_id)
+        try:
+            return uid, self.uids.allocate(box_id)
+        except (UidsExhausted, UidRegistryError):
+            self.uids.release(uid, box_id)
+            raise
 
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
@@ -130,13 +153,9 @@ class BoxManager:
             raise ApiError(429, "limit", limits.BOXES_PER_DAEMON.refusal(f"{len(live)} boxes alive"))
         box_id = secrets.token_hex(6)
         try:
-            uid = self.uids.allocate(box_id)  # the guest's host uid
-            try:
-                job_uid = self.uids.allocate(box_id)  # the jobs' host uid: never the guest's
-            except UidsExhausted:
-                self.uids.release(uid, box_id)
-                raise
-        except UidsExhausted as exc:
+            async with self._claiming:  # the claims read /proc and wait on a host-wide lock: off the event loop
+                uid, job_uid = await asyncio.to_thread(self._claim_uids, box_id)
+        except (UidsExhausted, UidRegistryError) as exc:
             raise ApiError(503, "no_uid", str(exc)) from None
         box = Box(self, box_id, settings, uid, job_uid)
         try:

@@ -18,6 +18,7 @@ from typing import Any, BinaryIO
 from .. import limits
 from ..fsutil import write_atomically
 from ..patch import PatchSummary, compute_patch
+from .layers import BoxLayers
 from .settings import BoxSettings
 
 EXTRA_ENTRIES = 10_000  # entries a job may add beyond twice the workspace's own file count
@@ -26,13 +27,13 @@ EXTRA_ENTRIES = 10_000  # entries a job may add beyond twice the workspace's own
 class BoxPatches:
     """The patch files of one box: ``state_dir/patch.diff`` and ``state_dir/patch-summary.json``."""
 
-    def __init__(self, layers_dir: Path, state_dir: Path, settings: BoxSettings) -> None:
-        self.layers_dir = layers_dir
+    def __init__(self, layers: BoxLayers, state_dir: Path, settings: BoxSettings) -> None:
+        self.layers = layers
         self.state_dir = state_dir
         self.settings = settings
 
     def _compute(self, out: BinaryIO | Path) -> PatchSummary:
-        return compute_patch(self.layers_dir / "upper", self.layers_dir / "base", out,
+        return compute_patch(self.layers.upper, self.layers.base, out,
                              max_bytes=limits.PATCH_SIZE.default,
                              max_entries=2 * self.settings.limit("workspace_files") + EXTRA_ENTRIES,
                              deadline=time.monotonic() + limits.PATCH_TIME.default)

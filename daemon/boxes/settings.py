@@ -22,6 +22,7 @@ from typing import Any
 import yaml
 
 from .. import limits
+from ..box.disk import SMALLEST_DISK
 from ..egress.allowlist import Allowlist, EntryError
 from ..egress.pins import PinError, parse_pins
 from ..egress.presets import UnknownPreset, expand
@@ -31,7 +32,8 @@ HOST = re.compile(r"^(\*\.)?[a-z0-9]([a-z0-9-]{0,61}[a-z0-9])?(\.[a-z0-9]([a-z0-
 SECRET_NAME = re.compile(r"^[A-Z][A-Z0-9_]{0,63}\Z", re.ASCII)
 SECRET_SPEC = re.compile(r"^(?P<name>[A-Z][A-Z0-9_]{0,63})=env:(?P<var>[A-Za-z_][A-Za-z0-9_]{0,127})@(?P<hosts>[^@]+)\Z", re.ASCII)
 LIMIT_FIELDS = {
-    "memory": limits.BOX_MEMORY, "cpus": limits.BOX_VCPUS, "pids": limits.BOX_PIDS, "lifetime": limits.BOX_LIFETIME,
+    "memory": limits.BOX_MEMORY, "cpus": limits.BOX_VCPUS, "pids": limits.BOX_PIDS, "disk": limits.BOX_DISK,
+    "lifetime": limits.BOX_LIFETIME,
     "exec_timeout": limits.EXEC_TIMEOUT, "execs": limits.EXECS_PER_BOX,
     "workspace_files": limits.WORKSPACE_FILES, "workspace_bytes": limits.WORKSPACE_BYTES,
 }
@@ -202,6 +204,9 @@ def _parse_limits(raw: Any) -> dict[str, int]:
         parsed = parse_size(f"limits.{key}", value) if unit == "bytes" else value
         if type(parsed) is not int or parsed <= 0:
             raise SettingsError(f"limits.{key}", f"a positive whole number of {unit}")
+        if key == "disk" and parsed < SMALLEST_DISK:
+            raise SettingsError("limits.disk", f"{_shown(value)} is too small for a box's disk; give at least "
+                                               f"{SMALLEST_DISK // limits.MIB}M")
         result[key] = parsed
     return result
 

@@ -6,6 +6,10 @@ a reserved word) is quoted so it is; a first word starting with ``%`` (a job spe
 is refused.  A per-exec environment appears as a leading ``env K=V``.  Stdin known up
 front is decided as its SHA-256 and size, plus its text when it is UTF-8 of at most
 4 KiB.  An exec on a pseudo-terminal says ``"tty": true``.
+
+Exit statuses follow the shell's: a command refused before it ran (by these rules, or denied by the signer) ends
+with 126, and so does one whose program exists but cannot be executed; one whose program is not found ends with
+127.  Whether a program was found is the box's guest's word (``start_refusal``), and the message says so.
 """
 
 from __future__ import annotations
@@ -16,8 +20,10 @@ import shlex
 from dataclasses import dataclass, field
 from typing import Any
 
+from tkbox_guest.protocol import EXEC_CWD_ERROR_PREFIX
+
 from ..limits import STDIN_TEXT_IN_DECISION, STDIN_UPFRONT
-from ..rules import refused_env_reason
+from ..rules import refused_env_reason, refused_env_value_reason
 
 SHELL_RESERVED_WORDS = frozenset(
     {"!", "case", "coproc", "do", "done", "elif", "else", "esac", "fi", "for", "function", "if", "in", "select",
@@ -30,14 +36,29 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_CWD_BYTES = 4096
 _SAFE_UNQUOTED = re.compile(r"^[A-Za-z0-9@%+:,./_-]+\Z", re.ASCII)  # shlex's safe set without '='
 
+EXIT_REFUSED = 126  # refused or denied before it ran; also a program that cannot be executed (the shell's 126)
+EXIT_NOT_FOUND = 127  # the program is not found (the shell's 127)
+# The guest's start errors (errno names) for a program that exists but cannot be executed, as the shell says 126:
+# not executable or a directory (EACCES, EISDIR), not a format the kernel runs (ENOEXEC), a path through a file
+# (ENOTDIR), open for writing (ETXTBSY), a symlink loop or an over-long name, arguments over the kernel's limit.
+CANNOT_EXECUTE_CODES = frozenset({"EACCES", "EPERM", "EISDIR", "ENOEXEC", "ENOTDIR", "ETXTBSY", "ELOOP",
+                                  "ENAMETOOLONG", "E2BIG", "ELIBBAD"})
+SHOWN_PROGRAM_CHARS = 200
+
 
 class ExecRefused(ValueError):
-    """An exec request the door refuses before asking the signer; the message names what and how to fix it."""
+    """An exec the door refuses before it runs; the message names what and how to fix it.
 
-    def __init__(self, rule: str, message: str, *, reported_by: str = "host") -> None:
+    ``code`` is the API's error code (``exec_refused``; ``program_not_found``, ``cannot_execute`` for a program the
+    guest could not start), ``exit_code`` the status the command ends with (126, or 127 when not found)."""
+
+    def __init__(self, rule: str, message: str, *, reported_by: str = "host", code: str = "exec_refused",
+                 exit_code: int = EXIT_REFUSED) -> None:
         super().__init__(message)
         self.rule = rule
         self.reported_by = reported_by  # whose word the refusal is: the host's, or the guest's ("could not start")
+        self.code = code
+        self.exit_code = exit_code
 
 
 @dataclass(frozen=True)
@@ -97,6 +118,9 @@ def check_request(request: ExecRequest) -> None:
             raise ExecRefused("env", reason)
         if "\0" in value or len(value.encode("utf-8", "surrogatepass")) > MAX_ENV_VALUE_BYTES:
             raise ExecRefused("env", f"the value of {name} has a NUL byte or is over {MAX_ENV_VALUE_BYTES} bytes")
+        reason = refused_env_value_reason(name, value)
+        if reason:
+            raise ExecRefused("env", reason)
     if request.stdin is not None and len(request.stdin) > STDIN_UPFRONT.default:
         raise ExecRefused("stdin", STDIN_UPFRONT.refusal(f"{len(request.stdin)} bytes given up front"))
 
@@ -124,3 +148,25 @@ def decision_args(request: ExecRequest) -> dict[str, Any]:
     if request.tty:
         args["tty"] = True
     return args
+
+
+def start_refusal(program: str, code: str, guest_message: str) -> ExecRefused:
+    """The refusal for an allowed command whose program the box's guest could not start, with the shell's status:
+    127 when the program is not found (``ENOENT``), 126 when it exists but cannot be executed, 126 for anything
+    else (the working directory, the box's limits).  ``code`` and ``guest_message`` are the guest's word, which the
+    host cannot check: the message says whose word it is."""
+    shown = program if len(program) <= SHOWN_PROGRAM_CHARS else program[:SHOWN_PROGRAM_CHARS] + "…"
+    said = f"the box's guest reports {code}: {guest_message}"
+    if code == "ENOENT":
+        return ExecRefused("not_found", f"program not found: {shown!r} ({said}); check its name and the box's "
+                                        "PATH, or give its full path", reported_by="guest",
+                           code="program_not_found", exit_code=EXIT_NOT_FOUND)
+    if code in CANNOT_EXECUTE_CODES:
+        return ExecRefused("not_executable", f"cannot execute {shown!r} ({said}); run a program file that is "
+                                             "executable (chmod +x), or a script through its interpreter "
+                                             "(sh FILE, python3 FILE)", reported_by="guest",
+                           code="cannot_execute", exit_code=EXIT_REFUSED)
+    if code.startswith(EXEC_CWD_ERROR_PREFIX):
+        return ExecRefused("cwd", f"the command could not start in its working directory ({said}); give a "
+                                  "directory that exists in the box with --cwd", reported_by="guest")
+    return ExecRefused("start", f"the command could not start ({said})", reported_by="guest")

@@ -10,7 +10,8 @@ evaluation from the command line and records nothing. See docs/policy.md.
 Modules: errors (PolicyError), context (PolicyContext), yamlsource (strict YAML with lines), schema
 (the pack format), loader (load_pack: extends, placeholders, regexes), pack (PolicyPack, hash),
 classes (tool -> class), args (argument shapes), the normaliser (shellast, shellparse, escapes, params,
-render, commands, decoders, normalise), engine (evaluate, Verdict), check (check_main).
+render, commands, decoders, normalise; download then run: fileuse, fetchers, fetchrun), engine (evaluate,
+Verdict), check (check_main).
 """
 
 from .check import check_main

@@ -48,6 +48,7 @@ WRAPPERS: dict[str, tuple[str, tuple[str, ...], int]] = {
     "chroot": ("", (), 1),
     "flock": ("wE", ("--timeout", "--conflict-exit-code"), 1),
     "watch": ("nd", ("--interval",), 0),
+    "time": ("fo", ("--format", "--output"), 0),    # /usr/bin/time; the bare word is the shell's reserved word
     "unshare": ("", (), 0),
     "firejail": ("", (), 0),
 }
@@ -127,14 +128,16 @@ def _skip_options(args: list[str], short_values: str, long_values: tuple[str, ..
     return i
 
 
-def strip_wrappers(argv: list[str], limit: int = 16) -> list[str]:
-    """The words of the program that really runs: reserved words, assignments and wrappers removed."""
+def strip_wrappers(argv: list[str], limit: int = 16, *, keep_path: bool = False) -> list[str]:
+    """The words of the program that really runs: reserved words, assignments and wrappers removed.
+
+    Its first word is reduced to the program's name (``/bin/rm`` -> ``rm``) unless ``keep_path``."""
     argv = list(argv)
     for _ in range(limit):
         if not argv:
             return argv
         head = program_name(argv[0])
-        if argv[0] in RESERVED or head in RESERVED:
+        if argv[0] in RESERVED:  # only the bare word is reserved: /tmp/if is a program (/usr/bin/time a wrapper)
             argv = argv[1:] if not (head == "time" and argv[1:2] == ["-p"]) else argv[2:]
             continue
         if is_assignment(argv[0]):
@@ -142,7 +145,7 @@ def strip_wrappers(argv: list[str], limit: int = 16) -> list[str]:
             continue
         spec = WRAPPERS.get(head)
         if spec is None or (head == "command" and any(a in ("-v", "-V") for a in argv[1:2])):
-            return [head, *argv[1:]]
+            return [argv[0] if keep_path else head, *argv[1:]]
         short_values, long_values, operands = spec
         rest = argv[1:]
         if head == "env":
@@ -160,17 +163,17 @@ def strip_wrappers(argv: list[str], limit: int = 16) -> list[str]:
     return argv
 
 
-def shell_call(argv: list[str]) -> tuple[str | None, bool, list[str]] | None:
-    """For a shell: (command string given with -c, reads its program from stdin, positional args); else None."""
-    if not argv or program_name(argv[0]) not in SHELLS:
-        return None
-    i, has_c, has_s = 1, False, False
+def _shell_words(argv: list[str]) -> tuple[bool, bool, list[str], list[str]]:
+    """A shell's (-c given, -s given, operands, files named by --rcfile/--init-file)."""
+    i, has_c, has_s, rcfiles = 1, False, False, []
     while i < len(argv):
         arg = argv[i]
         if arg in ("--", "-"):
             i += 1 if arg == "--" else 0
             break
         if arg in ("-o", "+o", "-O", "+O", "--rcfile", "--init-file"):
+            if arg.startswith("--") and i + 1 < len(argv):
+                rcfiles.append(argv[i + 1])
             i += 2
             continue
         if arg.startswith("--"):
@@ -184,7 +187,14 @@ def shell_call(argv: list[str]) -> tuple[str | None, bool, list[str]] | None:
             i += 1
             continue
         break
-    operands = argv[i:]
+    return has_c, has_s, argv[i:], rcfiles
+
+
+def shell_call(argv: list[str]) -> tuple[str | None, bool, list[str]] | None:
+    """For a shell: (command string given with -c, reads its program from stdin, positional args); else None."""
+    if not argv or program_name(argv[0]) not in SHELLS:
+        return None
+    has_c, has_s, operands, _rcfiles = _shell_words(argv)
     if has_c:
         return (operands[0] if operands else None, False, operands[1:])
     if has_s or not operands or operands[0] in ("-", "/dev/stdin"):
@@ -192,15 +202,30 @@ def shell_call(argv: list[str]) -> tuple[str | None, bool, list[str]] | None:
     return (None, False, operands[1:])
 
 
+def shell_script_files(argv: list[str]) -> list[str]:
+    """For a shell: the files it runs (its script operand, --rcfile/--init-file); [] for -c, stdin or no shell."""
+    if not argv or program_name(argv[0]) not in SHELLS:
+        return []
+    has_c, has_s, operands, rcfiles = _shell_words(argv)
+    if has_c or has_s or not operands or operands[0] in ("-", "/dev/stdin"):
+        return rcfiles
+    return [operands[0], *rcfiles]
+
+
+def interpreter_family(name: str) -> str | None:
+    """python/perl/ruby/node/php/lua for a program name of that interpreter (python3.11, nodejs...); else None."""
+    family = "python" if _PYTHON.fullmatch(name) else "node" if name == "nodejs" else name
+    return family if family in _INTERPRETER_CODE_FLAGS else None
+
+
 def interpreter_call(argv: list[str]) -> tuple[str | None, bool] | None:
     """For python/perl/ruby/node/php/lua: (code given on the command line, reads code from stdin); else None."""
     if not argv:
         return None
-    name = program_name(argv[0])
-    family = "python" if _PYTHON.fullmatch(name) else "node" if name == "nodejs" else name
-    flags = _INTERPRETER_CODE_FLAGS.get(family)
-    if flags is None:
+    family = interpreter_family(program_name(argv[0]))
+    if family is None:
         return None
+    flags = _INTERPRETER_CODE_FLAGS[family]
     i = 1
     while i < len(argv):
         arg = argv[i]

@@ -21,6 +21,7 @@ from .pack import SEVERITY, CompiledRule, PolicyPack
 from .schema import TOOL_CLASSES
 
 DEFAULT_FIELD = {"shell": "command", "fs": "file_path", "http": "url", "mcp": "*", "unknown": "*"}
+_NAMED_GROUP = re.compile(r"(?<!\\)\(\?P<[A-Za-z_]\w*>")
 _BACKREFERENCE = ("\\1", "\\2", "\\3", "\\4", "\\5", "\\6", "\\7", "\\8", "\\9", "(?P=")
 
 
@@ -91,8 +92,8 @@ class _RulePlan:
         if any(b in rule.pattern for b in _BACKREFERENCE):
             return  # group numbers would shift if split: always try the whole rule
         flags, branches = _split_branches(rule.pattern)
-        cmd = [f"(?{flags}:{b[len(CMD_START):]})" if flags else b[len(CMD_START):]
-               for b in branches if b.startswith(CMD_START)]
+        cmd = [_NAMED_GROUP.sub("(?:", f"(?{flags}:{b[len(CMD_START):]})" if flags else b[len(CMD_START):])
+               for b in branches if b.startswith(CMD_START)]  # unnamed: names may repeat across rules
         rest = [b for b in branches if not b.startswith(CMD_START)]
         other = _compile_or((f"(?{flags})" if flags else "") + "|".join(rest)) if rest else None
         if rest and other is None:
@@ -188,11 +189,13 @@ class _Readings:
         return tuple(readings)
 
 
-def _fires(rule: CompiledRule, readings: tuple[str, ...]) -> bool:
+def _fires(rule: CompiledRule, readings: tuple[str, ...]) -> re.Match[str] | None:
+    """The first match of the rule in a reading its ``unless`` does not exempt; None if it does not fire."""
     for text in readings:
-        if rule.regex.search(text) and not (rule.unless_regex is not None and rule.unless_regex.search(text)):
-            return True
-    return False
+        match = rule.regex.search(text)
+        if match and not (rule.unless_regex is not None and rule.unless_regex.search(text)):
+            return match
+    return None
 
 
 def _verdict(tool_class: str, findings: list[_Finding]) -> Verdict:
@@ -230,8 +233,9 @@ def _evaluate(pack: PolicyPack, tool: object, args: object) -> Verdict:
         if not texts:
             continue
         for rule in group.candidates(texts):
-            if _tool_matches(rule, tool) and _fires(rule, texts):
-                findings.append(_Finding(rule.id, rule.verdict, rule.reason, rule.hint))
+            match = _fires(rule, texts) if _tool_matches(rule, tool) else None
+            if match is not None:
+                findings.append(_Finding(rule.id, rule.verdict, rule.explain(match), rule.hint))
     findings.extend(readings.shell_findings)
     return _verdict(tool_class, findings)
 

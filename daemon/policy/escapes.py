@@ -1,7 +1,8 @@
-"""Backslash escapes as the shell expands them: $'...' (ANSI-C), ``echo -e`` and ``printf``.
+"""Backslash escapes as the shell expands them: $'...' (ANSI-C), ``echo -e`` and ``printf``; and back.
 
 Byte escapes (``\\x72``, ``\\162``) produce bytes and literal text is UTF-8, so ``$'\\xc3\\xa9'`` reads
 as "é" as it would in a UTF-8 terminal; bytes that are not UTF-8 become U+FFFD. Never raises.
+``escape_unprintable`` goes the other way, for text shown in a reason: control characters as escapes.
 """
 
 from __future__ import annotations
@@ -79,6 +80,19 @@ def _expand(text: str, *, octal: re.Pattern[str], octal_needs_zero: bool, c_stop
         else:
             out.text("\\" + c)
     return out.result(), False
+
+
+def escape_unprintable(text: str, limit: int, also: str = "") -> str:
+    """``text`` cut to ``limit`` characters (then "…"), with unprintable characters and those in ``also`` as
+    ``\\xNN``/``\\uNNNN``/``\\UNNNNNNNN`` escapes (no control, format or line-breaking character is left)."""
+    out = []
+    for char in text[:limit]:
+        if char in also or not char.isprintable():
+            code = ord(char)
+            out.append(f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}" if code < 0x10000 else f"\\U{code:08x}")
+        else:
+            out.append(char)
+    return "".join(out) + ("…" if len(text) > limit else "")
 
 
 def decode_ansi_c(text: str) -> str:

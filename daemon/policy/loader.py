@@ -19,7 +19,7 @@ from pathlib import Path
 from .classes import build_classifier
 from .context import PolicyContext, checked_context, default_context
 from .errors import PolicyError
-from .pack import CompiledRule, PolicyPack
+from .pack import REASON_FIELD, CompiledRule, PolicyPack
 from .schema import RawPack, RawRule, check_document
 from .yamlsource import parse_yaml
 
@@ -152,6 +152,12 @@ def _compile(rule: RawRule, pack_name: str, substituter: _Substituter) -> Compil
     pattern, pattern_re = regex("pattern", rule.pattern)
     unless, unless_re = regex("unless", rule.unless) if rule.unless is not None else (None, None)
     reason = rule.reason or f"matched policy rule {rule.id}"
+    for name in REASON_FIELD.findall(reason):
+        if name not in pattern_re.groupindex:
+            raise PolicyError(f"the reason names {{{name}}}, which is not a named group of the pattern",
+                              path=rule.path, line=rule.key_lines.get("reason", rule.line),
+                              key=f"{rule.verdict}.{rule.id}.reason",
+                              action=f"name a group (?P<{name}>...) in the pattern, or write a literal brace as \\{{")
     return CompiledRule(id=rule.id, verdict=rule.verdict, pattern=pattern, regex=pattern_re, unless=unless,
                         unless_regex=unless_re, classes=rule.classes, tools=rule.tools, field=rule.field,
                         reason=reason, hint=rule.hint, label=rule.label, pack=pack_name)

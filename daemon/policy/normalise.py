@@ -20,7 +20,10 @@ matches any one of them. For a command line the readings are, in order (duplicat
 8. the readings of every command string the line runs, recursively: ``bash -c``/``sh -c`` strings,
    ``eval`` arguments, ``su -c``/``trap``/``watch`` commands, shell commands inside
    ``python -c``/``perl -e`` code, payloads decoded and piped into a shell, here-documents and
-   here-strings fed to a shell, and the command's up-front stdin text when it runs its stdin.
+   here-strings fed to a shell, and the command's up-front stdin text when it runs its stdin;
+9. download then run: one ``fetch-run:`` line per file that the line (with every command string it
+   runs) both writes and runs, naming the programs whose output reached the file (fetchrun.py):
+   ``fetch-run: curl fetched 'https://x/i.sh' into '/tmp/i.sh', then ran 'sh /tmp/i.sh'``.
 
 Bounded: recursion depth MAX_DEPTH, at most MAX_READINGS readings, each at most MAX_READING_BYTES
 (UTF-8), at most MAX_WORK characters parsed in all. When a bound cuts the work short, ``complete``
@@ -32,6 +35,8 @@ from __future__ import annotations
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from .fetchrun import MAX_STAGES, fetch_runs
+from .fileuse import Stage
 from .render import Renderer
 from .shellparse import parse
 
@@ -71,6 +76,8 @@ class _Collector:
         self.complete = True
         self.work = 0
         self.reads_stdin = False
+        self.pipelines: list[tuple[Stage, ...]] = []   # of the line and every command string it runs
+        self.stages = 0
 
     def add(self, text: str) -> None:
         if not text or text in self.readings:
@@ -106,6 +113,8 @@ def _read(text: str, depth: int, out: _Collector, positional: dict[str, str] | N
     out.add(stripped)
     if renderer.overflow:
         out.complete = False
+    out.stages += renderer.stages
+    out.pipelines.extend(renderer.pipelines)
     if renderer.could_empty:
         emptied = Renderer(positional, stdin, empty_unknown=True)
         out.add(emptied.resolved(script)[1])
@@ -127,6 +136,11 @@ def _normalise(command: str, stdin_text: str | None) -> Normalised:
     try:
         stdin = stdin_text.encode("utf-8", "surrogatepass") if isinstance(stdin_text, str) else None
         _read(command, 0, out, None, stdin)
+        found = fetch_runs(out.pipelines)
+        if found.lines:
+            out.add("\n".join(found.lines))
+        if not found.complete or out.stages > MAX_STAGES:
+            out.complete = False
     except (RecursionError, MemoryError, ValueError, TypeError, IndexError, KeyError, OverflowError):
         # A bug or a hostile input we did not foresee: keep what was read and say it is incomplete.
         out.complete = False

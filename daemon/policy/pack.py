@@ -4,6 +4,9 @@ A pack compiles to a plain JSON-able snapshot (tool classes, ``unknown_tools`` a
 its placeholders substituted); ``policy_hash`` is ``sha256:`` + SHA-256 of that snapshot as RFC 8785
 canonical JSON, so any change to any rule, class or context path changes the hash, and the same
 pack compiled with the same context always has the same hash.
+
+A rule's reason may name the pattern's named groups as ``{name}``; ``CompiledRule.explain`` fills them
+from the match that fired the rule, escaped (no control characters) and cut to MAX_REASON_FIELD characters.
 """
 
 from __future__ import annotations
@@ -16,10 +19,14 @@ from dataclasses import dataclass
 import rfc8785
 
 from .classes import ToolClassifier
+from .escapes import escape_unprintable
 
 SNAPSHOT_FORMAT = "tkbox.policy.v1"
 # Verdict order: a stricter verdict has a higher severity.
 SEVERITY = {"allow": 0, "flag": 1, "ask": 2, "deny": 3}
+# {name} in a reason: a named group of the rule's pattern (a literal brace is written \{).
+REASON_FIELD = re.compile(r"(?<!\\)\{([a-z][a-z0-9_]*)\}")
+MAX_REASON_FIELD = 256
 
 
 @dataclass(frozen=True)
@@ -43,6 +50,17 @@ class CompiledRule:
     @property
     def severity(self) -> int:
         return SEVERITY[self.verdict]
+
+    def explain(self, match: re.Match[str] | None) -> str:
+        """The reason, its ``{name}`` fields filled from ``match`` (a group that took no part is "?")."""
+        if "{" not in self.reason:
+            return self.reason
+
+        def fill(field: re.Match[str]) -> str:
+            value = match.group(field.group(1)) if match is not None and field.group(1) in match.re.groupindex else None
+            return "?" if value is None else escape_unprintable(value, MAX_REASON_FIELD)
+
+        return REASON_FIELD.sub(fill, self.reason).replace("\\{", "{")
 
     def snapshot(self) -> dict:
         return {"id": self.id, "verdict": self.verdict, "pattern": self.pattern, "unless": self.unless,

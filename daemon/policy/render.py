@@ -11,7 +11,8 @@ Two renderings of one script (see normalise.py for how they become readings):
 
 While rendering it also collects what else must be read: command strings run by a shell (``bash -c``,
 ``eval``, ``su -c``, interpreter ``system()`` calls), payloads decoded by a static pipeline and piped
-into a shell, here-documents fed to a shell, and a one-line-per-pipeline skeleton.
+into a shell, here-documents fed to a shell, a one-line-per-pipeline skeleton, and every pipeline's
+commands as ``Stage`` facts (what fetchrun.py reads to find a download that the line runs).
 """
 
 from __future__ import annotations
@@ -30,6 +31,9 @@ from .commands import (
     strip_wrappers,
 )
 from .decoders import DECODERS, MAX_OUTPUT, printf, run_stage
+from .fetchers import fetch_token
+from .fetchrun import MAX_STAGES
+from .fileuse import Stage, redirect_files
 from .params import WELL_KNOWN_ENV, expand_param
 from .shellast import Command, Lit, Param, Pipeline, Redirect, Script, Subst, Word
 
@@ -52,6 +56,10 @@ def _tidy_path(arg: str) -> str:
         return arg
     tidy = posixpath.normpath(arg)
     return "/" + tidy.lstrip("/") if tidy.startswith("//") else tidy
+
+
+def _format_redirect(fd: str, op: str, target: str) -> str:
+    return f"{fd}{op}{'' if op.endswith('&') else ' '}{_tidy_path(target)}".rstrip()
 
 
 def _brace_expand(text: str) -> list[str]:
@@ -86,6 +94,8 @@ class Renderer:
         self.nested: list[tuple[str, dict[str, str] | None, bytes | None]] = []
         self.decoded: list[str] = []
         self.skeleton: list[str] = []
+        self.pipelines: list[tuple[Stage, ...]] = []   # every pipeline rendered, in order, as Stage facts
+        self.stages = 0                                 # stages rendered (past MAX_STAGES none are kept)
         self.reads_stdin = False              # a first stage runs code from the process's own stdin
         self.expanded = 0                     # characters substituted so far (bounded by MAX_EXPANSION)
         self.overflow = False                 # True once MAX_EXPANSION cut expansion short
@@ -160,17 +170,22 @@ class Renderer:
         data: bytes | None = self.process_stdin if top else None
         decoded = False
         last_runs_stdin = False
+        stages: list[Stage] = []
         for position, command in enumerate(pipeline.commands):
             if command.subshell is not None:
                 saved = dict(self.vars)
                 r2, r3 = self._script(command.subshell)
                 self.vars = saved
-                texts2.append(_join(["( " + r2 + " )", *self._redirects(command.redirects)]))
-                texts3.append(_join(["( " + r3 + " )", *self._redirects(command.redirects)]))
+                parts = self._redirect_parts(command.redirects)
+                redirects = [_format_redirect(*part) for part in parts]
+                texts2.append(_join(["( " + r2 + " )", *redirects]))
+                texts3.append(_join(["( " + r3 + " )", *redirects]))
                 tokens.append("(...)")
+                stages.append(Stage((), "", *redirect_files(parts), runs_stdin=False, group=True))
                 data = None
                 continue
-            argv2, argv3, redirects = self._command(command)
+            argv2, argv3, head, parts = self._command(command)
+            redirects = [_format_redirect(*part) for part in parts]
             if "xargs" in argv2[:len(argv2) - len(argv3)] and data is not None and len(data) <= 4096:
                 argv3 = argv3 + data.decode("utf-8", "replace").split()  # xargs appends its input
             stdin = data
@@ -186,15 +201,19 @@ class Renderer:
             if runs_stdin and position == 0 and top and not redirected and self.process_stdin is None:
                 self.reads_stdin = True
             name = argv3[0] if argv3 else ""
-            token = name[:64] or "-"
+            token = fetch_token(tuple(argv3))[:64] or "-"  # python3:fetch for interpreter code that fetches
             if runs_stdin and position == 0 and top and not redirected and self.process_stdin is None:
                 tokens.append("stdin")  # code streamed on the process's own stdin, which no rule can read
             tokens.append(("exec-stdin:" + token) if runs_stdin else token)
             data = run_stage(name, argv3[1:], stdin) if name else None
             decoded = decoded or (data is not None and (name in DECODERS or (name == "echo" and "-e" in argv3)))
             last_runs_stdin = runs_stdin
+            stages.append(Stage(tuple(argv3), head, *redirect_files(parts), runs_stdin=runs_stdin, group=not argv3))
             texts2.append(_join([_join([_tidy_path(a) for a in argv2]), *redirects]))
             texts3.append(_join([_join([_tidy_path(a) for a in argv3]), *redirects]))
+        self.stages += len(stages)
+        if self.stages <= MAX_STAGES:
+            self.pipelines.append(tuple(stages))
         if len(tokens) > 1 or any(t.startswith("exec-stdin:") for t in tokens):
             if len(tokens) > MAX_SKELETON_STAGES:
                 tokens = tokens[:16] + ["…"] + tokens[-(MAX_SKELETON_STAGES - 17):]
@@ -237,8 +256,9 @@ class Renderer:
             return reads_stdin
         return False
 
-    def _command(self, command: Command) -> tuple[list[str], list[str], list[str]]:
-        """(resolved argv, stripped argv, rendered redirections) of a simple command; tracks assignments."""
+    def _command(self, command: Command) -> tuple[list[str], list[str], str, list[tuple[str, str, str]]]:
+        """(resolved argv, stripped argv, the program as written once wrappers are gone, redirections as
+        (fd, operator, target)) of a simple command; tracks assignments."""
         fields: list[str] = []
         assignments: list[tuple[str, str]] = []
         head_seen = False
@@ -258,9 +278,10 @@ class Renderer:
                 self._assign(name, value)
         head = [program_name(fields[len(assignments)])] if len(fields) > len(assignments) else []
         raw = fields[:len(assignments)] + head + fields[len(assignments) + 1:]
-        argv3 = canonical_options(strip_wrappers(raw))
+        kept = strip_wrappers(fields, keep_path=True)
+        argv3 = canonical_options([program_name(kept[0]), *kept[1:]]) if kept else []
         self._declarations(argv3)
-        return raw, argv3, self._redirects(command.redirects)
+        return raw, argv3, kept[0] if kept else "", self._redirect_parts(command.redirects)
 
     def _declarations(self, argv: list[str]) -> None:
         if not argv:
@@ -287,12 +308,9 @@ class Renderer:
         self.vars[name] = value[:MAX_VALUE]
         self.declared.discard(name)
 
-    def _redirects(self, redirects: list[Redirect]) -> list[str]:
-        out = []
-        for r in redirects:
-            target = " ".join(self._fields(r.target)) if r.target is not None else ""
-            out.append(f"{r.fd}{r.op}{'' if r.op.endswith('&') else ' '}{_tidy_path(target)}".rstrip())
-        return out
+    def _redirect_parts(self, redirects: list[Redirect]) -> list[tuple[str, str, str]]:
+        """Each redirection as (fd, operator, expanded target; "" for a here-document)."""
+        return [(r.fd, r.op, " ".join(self._fields(r.target)) if r.target is not None else "") for r in redirects]
 
     def _fields(self, word: Word, *, split: bool = True, head: bool = False) -> list[str]:
         """A word's fields after expansion: unquoted expansions split on blanks, braces expanded."""

@@ -163,6 +163,8 @@ class SignerService:
         if method == "register_run":
             owner = self.book.runs[reply["run_id"]].owner
             reply["run_token"] = self._mint(reply["run_id"], owner, reply["token_expires"])
+        if method == "close_run" and "checkpoint_size" not in reply:  # rebuilt from the record, which lacks it
+            reply["checkpoint_size"], _ = self.store.checkpoint()  # any checkpoint now covers the closing record
         return reply
 
     def _request_mac(self, request: dict[str, Any]) -> str:

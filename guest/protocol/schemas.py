@@ -17,6 +17,9 @@ ALLOWED_SIGNALS = frozenset({1, 2, 9, 15})  # SIGHUP, SIGINT, SIGKILL, SIGTERM
 CHANGES = ("added", "modified", "deleted", "mode")
 GIT_MODES = ("100644", "100755", "120000")
 MAX_FILES_READ = 64 << 20
+# An exec the guest could not start in its working directory answers CWD_ + the errno name (else the errno name
+# of the program's failure): the host tells "not found" (127) from "cannot run there" (126) by it.
+EXEC_CWD_ERROR_PREFIX = "CWD_"
 BOOT_PATH_DEFAULTS = {  # optional paths of the boot config, and where they are in a box when it names none
     "base_dir": "/run/tkbox/base",
     "upper_dir": "/run/tkbox/upper",

@@ -1,13 +1,18 @@
 """Generates the committed tampered-bundle corpus: one good bundle, its trust file, and one bundle per fault class.
 
-Run once, by hand, from the repository root; the output is committed and the tests
-never regenerate it (they only verify the committed files against ``expected.json``):
+Run once, by hand, from the repository root (as a user who may start a signer); the output is committed and the
+tests never regenerate it (they verify the committed files against ``expected.json``, through the API and the CLI):
 
     .venv/bin/python tests/corpus/make_corpus.py
 
-Keys come from fixed seeds and timestamps from a fixed clock, so a rerun writes the
-same bytes (given the same zlib).  Unless a fault is about the manifest, the attacker
-repairs it (recomputes the hashes) so that the deeper check is the one that fires.
+The runs are recorded by the real signer process (``real_signer_log``): ``good.tkb`` is what ``tkbox signer
+export`` wrote and ``good.trust.json`` what ``tkbox signer trust`` wrote. The signer's keys come from fixed seeds,
+so the trust file is the same on every run; the records carry the signer's own ids and timestamps, so a rerun
+writes other bundle bytes, with the same verdicts and reasons (a reason names a seq, a key id or the policy pack's
+hash, which change only when the recorded calls, the seeds or the pack do). Each fault changes the good
+bundle as an attacker would; unless a fault is about the manifest, the attacker repairs it (recomputes the hashes)
+so that the deeper check is the one that fires. ``expected.json`` records each file's verdict and the first
+failure's check, record and reason, checked against the verifier before anything is written.
 """
 
 from __future__ import annotations
@@ -23,22 +28,14 @@ from pathlib import Path
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE.parent))
 
-from evidence_factory import (  # noqa: E402
-    FakeLog,
-    RawMember,
-    fixed_keys,
-    policy_snapshot,
-    raw_zip,
-    seeded_key,
-    standard_log,
-    with_manifest_repaired,
-)
+from evidence_factory import RawMember, policy_snapshot, raw_zip, seeded_key, with_manifest_repaired  # noqa: E402
+from real_signer_log import ALLOWED_COMMANDS, RealSigner, SignerLog  # noqa: E402
 
 from tkbox_daemon import strictjson  # noqa: E402
 from tkbox_daemon.evidence import bundle  # noqa: E402
 from tkbox_daemon.evidence.records import Record, sign_event  # noqa: E402
-from tkbox_daemon.evidence.trust import trust_bytes  # noqa: E402
 from tkbox_daemon.evidence.verify import verify_bundle  # noqa: E402
+from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip  # noqa: E402
 
 RUN = bundle.RUN_RECORDS
 Entries = dict[str, bytes]
@@ -66,7 +63,7 @@ def restamped(record: Record, key_label: str = "record:main", **event_changes: o
 
 
 # ---- the faults ----------------------------------------------------------------------------------------
-def edited_record_field(log: FakeLog, entries: Entries) -> Entries:
+def edited_record_field(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     body = json.loads(lines[3])
     body["event"]["data"]["verdict"] = "deny"  # the hash and the signature are left as they were
@@ -74,7 +71,7 @@ def edited_record_field(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(entries, lines)
 
 
-def edited_record_rehashed(log: FakeLog, entries: Entries) -> Entries:
+def edited_record_rehashed(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     record = log.run_records("run-a")[3]
     event = {**record.event, "data": {**record.event["data"], "verdict": "deny"}}
@@ -84,7 +81,7 @@ def edited_record_rehashed(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(entries, lines)
 
 
-def bad_signature(log: FakeLog, entries: Entries) -> Entries:
+def bad_signature(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     body = json.loads(lines[5])
     signature = bytearray(base64.b64decode(body["sig"]))
@@ -94,7 +91,7 @@ def bad_signature(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(entries, lines)
 
 
-def noncanonical_sig_base64(log: FakeLog, entries: Entries) -> Entries:
+def noncanonical_sig_base64(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     body = json.loads(lines[5])
     sig = body["sig"]  # 64 bytes: "xx==" at the end, 4 spare bits in the last data character
@@ -105,7 +102,7 @@ def noncanonical_sig_base64(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(entries, lines)
 
 
-def deleted_record(log: FakeLog, entries: Entries) -> Entries:
+def deleted_record(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     removed = log.run_records("run-a")[6]
     proofs = proofs_of(entries)
@@ -113,18 +110,18 @@ def deleted_record(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(with_proofs(entries, proofs), lines[:6] + lines[7:])
 
 
-def swapped_records(log: FakeLog, entries: Entries) -> Entries:
+def swapped_records(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     lines[4], lines[5] = lines[5], lines[4]
     return with_lines(entries, lines)
 
 
-def duplicated_record(log: FakeLog, entries: Entries) -> Entries:
+def duplicated_record(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     return with_lines(entries, lines[:5] + [lines[4]] + lines[5:])
 
 
-def spliced_other_run(log: FakeLog, entries: Entries) -> Entries:
+def spliced_other_run(log: SignerLog, entries: Entries) -> Entries:
     """A genuine record of another run of the same log, with its genuine proof."""
     lines = lines_of(entries)
     other = log.run_records("run-other")[1]
@@ -134,23 +131,23 @@ def spliced_other_run(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(with_proofs(entries, proofs), lines[:8] + [other.line] + lines[8:])
 
 
-def record_from_another_log(log: FakeLog, entries: Entries) -> Entries:
-    """A record of a run with the same id in another log, signed by that log's (unpinned) key."""
-    other_log, _ = standard_log_for("other")
+def record_from_another_log(log: SignerLog, entries: Entries) -> Entries:
+    """A record of a run with the same id in another signer's log, signed by that signer's (unpinned) key."""
+    other_log = log.siblings["other"]
     lines = lines_of(entries)
     lines[4] = other_log.run_records("run-a")[4].line
     return with_lines(entries, lines)
 
 
-def record_from_another_log_same_key(log: FakeLog, entries: Entries) -> Entries:
-    """Another log signed with the same record key: the signature is by a pinned key, the log_id is not ours."""
-    other_log, _ = standard_log_for("sibling", record_label="main")
+def record_from_another_log_same_key(log: SignerLog, entries: Entries) -> Entries:
+    """Another signer's log with the same record key: the signature is by a pinned key, the log_id is not ours."""
+    other_log = log.siblings["sibling"]
     lines = lines_of(entries)
     lines[4] = other_log.run_records("run-a")[4].line
     return with_lines(entries, lines)
 
 
-def truncated_run(log: FakeLog, entries: Entries) -> Entries:
+def truncated_run(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     closed = log.run_records("run-a")[-1]
     proofs = proofs_of(entries)
@@ -158,62 +155,62 @@ def truncated_run(log: FakeLog, entries: Entries) -> Entries:
     return with_lines(with_proofs(entries, proofs), lines[:-1])
 
 
-def forged_checkpoint(log: FakeLog, entries: Entries) -> Entries:
+def forged_checkpoint(log: SignerLog, entries: Entries) -> Entries:
     text = entries[bundle.CHECKPOINT]
     origin, size, root, rest = text.split(b"\n", 3)
     fake_root = base64.b64encode(bytes(32)).decode().encode()
     return with_manifest_repaired({**entries, bundle.CHECKPOINT: b"\n".join([origin, size, fake_root, rest])})
 
 
-def checkpoint_other_key(log: FakeLog, entries: Entries) -> Entries:
+def checkpoint_other_key(log: SignerLog, entries: Entries) -> Entries:
     note = log.checkpoint(key=seeded_key("log:attacker"))
     return with_manifest_repaired({**entries, bundle.CHECKPOINT: note})
 
 
-def wrong_tree_size(log: FakeLog, entries: Entries) -> Entries:
-    """A genuine checkpoint of the same log at an earlier size (before run.closed)."""
-    note = log.checkpoint(len(log.records) - 2)
-    return with_manifest_repaired({**entries, bundle.CHECKPOINT: note})
+def wrong_tree_size(log: SignerLog, entries: Entries) -> Entries:
+    """A genuine checkpoint the signer made earlier (when run-a closed, before run-other did)."""
+    earlier = max(size for size in log.stored_checkpoint_sizes() if size < len(log.records))
+    return with_manifest_repaired({**entries, bundle.CHECKPOINT: log.checkpoint(earlier)})
 
 
-def missing_proof(log: FakeLog, entries: Entries) -> Entries:
+def missing_proof(log: SignerLog, entries: Entries) -> Entries:
     proofs = proofs_of(entries)
     del proofs["proofs"][str(log.run_records("run-a")[2].seq)]
     return with_manifest_repaired(with_proofs(entries, proofs))
 
 
-def bad_proof(log: FakeLog, entries: Entries) -> Entries:
+def bad_proof(log: SignerLog, entries: Entries) -> Entries:
     proofs = proofs_of(entries)
     nodes = proofs["proofs"][str(log.run_records("run-a")[9].seq)]
     nodes[1] = base64.b64encode(bytes(range(32))).decode()
     return with_manifest_repaired(with_proofs(entries, proofs))
 
 
-def manifest_lies(log: FakeLog, entries: Entries) -> Entries:
+def manifest_lies(log: SignerLog, entries: Entries) -> Entries:
     lines = lines_of(entries)
     return {**entries, RUN: b"".join(lines[:-1])}  # the manifest is not repaired
 
 
-def policy_snapshot_swapped(log: FakeLog, entries: Entries) -> Entries:
+def policy_snapshot_swapped(log: SignerLog, entries: Entries) -> Entries:
     kept = {name: data for name, data in entries.items() if not name.startswith(bundle.POLICY_DIR)}
     swapped = policy_snapshot("permissive")
     return with_manifest_repaired({**kept, bundle.policy_entry_name(swapped): swapped})
 
 
-def wrong_format(log: FakeLog, entries: Entries) -> Entries:
+def wrong_format(log: SignerLog, entries: Entries) -> Entries:
     manifest = strictjson.loads_object(entries[bundle.MANIFEST], max_bytes=1 << 20)
     manifest["format"] = "tkbox.bundle.v9"
     return {**entries, bundle.MANIFEST: strictjson.canonical(manifest)}
 
 
-def keys_file_emptied(log: FakeLog, entries: Entries) -> Entries:
+def keys_file_emptied(log: SignerLog, entries: Entries) -> Entries:
     proofs = proofs_of(entries)
     del proofs["proofs"]["0"]
     return with_manifest_repaired(with_proofs({**entries, bundle.KEY_RECORDS: b""}, proofs))
 
 
 # name: (what the attacker did, how, the check that must fail first)
-FAULTS: dict[str, tuple[str, Callable[[FakeLog, Entries], Entries], str]] = {
+FAULTS: dict[str, tuple[str, Callable[[SignerLog, Entries], Entries], str]] = {
     "edited_record_field": ("a record's data edited; hash and signature kept", edited_record_field, "signatures"),
     "edited_record_rehashed": ("a record's data edited and its hash recomputed; signature kept",
                                edited_record_rehashed, "signatures"),
@@ -243,26 +240,26 @@ FAULTS: dict[str, tuple[str, Callable[[FakeLog, Entries], Entries], str]] = {
 }
 
 
-def standard_log_for(label: str, *, record_label: str | None = None) -> tuple[FakeLog, str]:
-    log = FakeLog(fixed_keys(label, record_label=record_label))
-    run_id = log.add_run("run-a", decisions=8)
-    log.close("run-other")
-    return log, run_id
+def record_after_close_bundle(signer: RealSigner) -> bytes:
+    """A run with a genuine record after its run.closed: an exec completed once its run was closed (the signer
+    records such a completion), under the signer's own checkpoint."""
+    run = signer.register("run-late")
+    decisions = [signer.decide(run, command) for command in ALLOWED_COMMANDS[:4]]
+    for decision_id in decisions[:3]:
+        signer.call("complete", **run, decision_id=decision_id, status="ok", exit_code=0)
+    signer.call("close_run", **run, reason="done")
+    signer.call("complete", **run, decision_id=decisions[3], status="ok", exit_code=0)
+    size = signer.call("checkpoint")["size"]
+    return signer.log().prefix(size).bundle_bytes("run-late")
 
 
-def record_after_close_bundle() -> bytes:
-    """A log in which run-a has a (signed, checkpointed) record after its run.closed."""
-    log = FakeLog(fixed_keys("main"))
-    log.add_run("run-a", decisions=4)
-    log.decide("run-a", 99)
-    return log.bundle_bytes("run-a")
-
-
-def open_run_bundle() -> bytes:
-    """An honest export of a run that was never closed."""
-    log = FakeLog(fixed_keys("main"))
-    log.add_run("run-a", decisions=4, close=False)
-    return log.bundle_bytes("run-a")
+def open_run_bundle(signer: RealSigner) -> bytes:
+    """An honest bundle of a run that was never closed, under the signer's own checkpoint."""
+    run = signer.register("run-open")
+    for command in ALLOWED_COMMANDS[:4]:
+        signer.exec_(run, command)
+    size = signer.call("checkpoint")["size"]
+    return signer.log().prefix(size).bundle_bytes("run-open")
 
 
 def hostile_zips(good: Entries) -> dict[str, tuple[str, bytes]]:
@@ -284,18 +281,37 @@ def hostile_zips(good: Entries) -> dict[str, tuple[str, bytes]]:
     }
 
 
+def recorded_logs() -> tuple[SignerLog, dict[str, bytes]]:
+    """The good bundle and trust file written by the real signer, its log under the bundle's checkpoint (with the
+    logs of two other signers for the faults that need them), and the bundles of its later runs."""
+    with RealSigner("main") as signer:
+        signer.standard_runs()
+        signer.tkbox("signer", "export", "--run", "run-a", "-o", str(HERE / "good.tkb"))
+        signer.tkbox("signer", "trust", "-o", str(HERE / "good.trust.json"))
+        manifest = strictjson.loads_object(read_zip(HERE / "good.tkb", DEFAULT_LIMITS)[bundle.MANIFEST],
+                                           max_bytes=1 << 20)
+        log = signer.log().prefix(manifest["tree_size"])
+        later = {"record_after_close": record_after_close_bundle(signer), "open_run": open_run_bundle(signer)}
+    for label, record_label in (("other", None), ("sibling", "main")):
+        with RealSigner(label, record_label=record_label) as other:
+            other.standard_runs()
+            log.siblings[label] = other.log()
+    if log.bundle_bytes("run-a") != (HERE / "good.tkb").read_bytes():
+        raise SystemExit("the log read back does not rebuild the bundle tkbox signer export wrote")
+    return log, later
+
+
 def main() -> None:
-    log, run_id = standard_log()
-    good = log.bundle_entries(run_id)
+    log, later = recorded_logs()
+    good = log.bundle_entries("run-a")
     cases: dict[str, tuple[str, bytes, str | None]] = {"good": ("the untouched bundle", bundle.zip_bytes(good), None)}
     for name, (fault, build, check) in FAULTS.items():
         cases[name] = (fault, bundle.zip_bytes(build(log, dict(good))), check)
-    cases["record_after_close"] = ("a signed record after run.closed", record_after_close_bundle(), "run closed")
-    cases["open_run"] = ("an honest export of a run that was never closed", open_run_bundle(), "run closed")
+    cases["record_after_close"] = ("a signed record after run.closed", later["record_after_close"], "run closed")
+    cases["open_run"] = ("an honest export of a run that was never closed", later["open_run"], "run closed")
     for name, (fault, data) in hostile_zips(good).items():
         cases[name] = (fault, data, "bundle")
 
-    (HERE / "good.trust.json").write_bytes(trust_bytes(log.keys.trust_document()))
     (HERE / "garbage.trust.json").write_bytes(b'{"format":"tkbox.trust.v1","log_vkeys":["nope"]}\n')
     expected: dict[str, dict[str, object]] = {}
     for name, (fault, data, check) in cases.items():
@@ -321,7 +337,8 @@ def _expectation(bundle_name: str, trust_name: str, fault: str, check: str | Non
     if actual != (exit_code, integrity, check):
         raise SystemExit(f"{bundle_name}: expected {(exit_code, integrity, check)}, the verifier says {actual}")
     return {"bundle": bundle_name, "trust": trust_name, "fault": fault, "exit_code": exit_code,
-            "integrity": integrity, "first_failure": check}
+            "integrity": integrity, "first_failure": check,
+            "failure": failure.to_json() if failure else None}
 
 
 if __name__ == "__main__":

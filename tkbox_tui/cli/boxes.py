@@ -65,6 +65,7 @@ def _run_parser() -> CliParser:
     parser.add_argument("--task", help="the operator's task for this box (recorded as tkbox.task)")
     parser.add_argument("--config", type=Path, help="settings file (default: ./tkbox.yaml when present)")
     for key, text in (("memory", "memory, e.g. 2G"), ("cpus", "CPUs"), ("pids", "processes"),
+                      ("disk", "what the box may write to its workspace, e.g. 4G (reserved on the host)"),
                       ("lifetime", "lifetime in seconds"), ("exec-timeout", "per-command timeout in seconds")):
         parser.add_argument(f"--{key}", help=f"limit: {text}")
     parser.add_json()
@@ -101,8 +102,8 @@ def build_settings(args: argparse.Namespace) -> dict[str, Any]:
     if not isinstance(box_limits, dict):  # sent as it is: the daemon refuses it and names the field
         return settings
     box_limits = dict(box_limits)
-    for flag, key in (("memory", "memory"), ("cpus", "cpus"), ("pids", "pids"), ("lifetime", "lifetime"),
-                      ("exec_timeout", "exec_timeout")):
+    for flag, key in (("memory", "memory"), ("cpus", "cpus"), ("pids", "pids"), ("disk", "disk"),
+                      ("lifetime", "lifetime"), ("exec_timeout", "exec_timeout")):
         value = getattr(args, flag)
         if value is not None:
             box_limits[key] = int(value) if value.isdigit() else value

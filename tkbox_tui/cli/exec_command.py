@@ -9,8 +9,10 @@ command has ended, so one parse gives everything the next step needs: the decisi
 hint), the exit code, how it ended (signal, time limit, or the host's reason when the command had no exit of its
 own) and the tail of stdout and stderr as text.  One object rather than a stream of JSON lines because a caller in
 a loop acts on the outcome, never on half of it; a person watching a long command runs it without ``--json``.
-A denial is a result too (its decision and exit code 126); only an exec that got no decision at all (no daemon, no
-such box, refused before deciding) is an ``{"error": …}`` object.  The exit status is the same as without ``--json``.
+A denial is a result too (its decision and exit code 126); an exec that did not run otherwise (no daemon, no such
+box, refused before deciding, or a program the box could not start) is an ``{"error": …}`` object.  The exit
+status is the same as without ``--json``: the shell's 127 when the program is not found in the box, 126 when it
+cannot be executed, is refused or denied.
 
 A command the policy answers ``ask`` is held for a person's approval (``exec_held``): one line on stderr says how to
 approve it, and the exec waits; approved, it runs as usual; rejected or expired, it ends with 126 and the daemon's
@@ -39,6 +41,8 @@ from .exec_held import PROMPT, Answer, answer_in_place, approved_line, held_line
 from .report import CliError, CliParser, interrupted
 
 EXIT_DENIED = 126
+EXIT_STATUSES_OF_REFUSALS = (126, 127)  # what the daemon's exit_code may say for a command that never ran
+REFUSAL_CODES = ("exec_refused", "program_not_found", "cannot_execute")
 EXIT_NO_EXIT_CODE = 2  # the command ended without an exit code of its own (the host ended it; the message says why)
 JSON_OUTPUT_KEPT = EXEC_JSON_OUTPUT.default  # bytes of each of stdout and stderr that --json keeps: the last ones
 
@@ -47,8 +51,10 @@ def _parser() -> CliParser:
     parser = CliParser(prog="tkbox exec", usage="tkbox exec [options] BOX -- PROGRAM [ARGS…]",
                        description="Run a command in a box, decided by the signer first. The command is argv, "
                                    "not a shell line: write sh -c 'LINE' for a shell. Exits with the command's "
-                                   "status, 126 when it is denied. A command the policy asks about waits for a "
-                                   "person's approval (tkbox approve ID, the console, or with --tty a key here); "
+                                   "status; 126 when it is denied or refused, or its program cannot be "
+                                   "executed; 127 when its program is not found. A command the policy asks about "
+                                   "waits for a person's approval (tkbox approve ID, the console, or with --tty a "
+                                   "key here); "
                                    "rejected or expired, it exits 126 with the reason. Ctrl+C while it waits "
                                    "withdraws the approval (exit 130).")
     parser.add_argument("box", help="the box's name or id")
@@ -290,9 +296,8 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
                       file=sys.stderr)
                 return EXIT_DENIED
             elif kind == "error":
-                refused = message.get("code") == "exec_refused"
                 raise CliError(str(message.get("code") or "exec_failed"), str(message.get("message", "")),
-                               status=EXIT_DENIED if refused else 2)
+                               status=_refusal_status(message))
             elif kind == "exit":
                 end = _without_type(message)
                 exit_code = EXIT_NO_EXIT_CODE if message.get("exit_code") is None else int(message["exit_code"])
@@ -319,6 +324,14 @@ async def _drive_exec(call: Any, stream: bool, terminal: RawTerminal | None = No
         if feeder is not None:
             feeder.cancel()
         await call.close()
+
+
+def _refusal_status(message: dict[str, Any]) -> int:
+    """The exit status of an exec that never ran: the daemon's 126 or 127 for a refusal, else 2 (a failure)."""
+    if message.get("code") not in REFUSAL_CODES:
+        return 2
+    status = message.get("exit_code")
+    return status if type(status) is int and status in EXIT_STATUSES_OF_REFUSALS else EXIT_DENIED
 
 
 def _answer_through(call: Any) -> Answer:

@@ -45,6 +45,7 @@ commands:
   verify BUNDLE        verify a .tkb bundle offline against a trust file (tkbox verify --help)
   policy check …       evaluate tool calls against a policy pack, recording nothing (tkbox policy check --help)
   patch check FILE     check a patch file as tkbox apply would, with no box (tkbox patch check --help)
+  doctor               say what this host gives a box and what is missing, with the fix (--daemon: the daemon's view)
 
 Every command takes --help; every command that prints a result takes --json, and then an error is
 {"error": {"code", "message", "hint"}} on stdout.  tkbox --version prints the version.
@@ -55,6 +56,12 @@ def _demo(argv: list[str]) -> int:
     from .demo import demo_main
 
     return demo_main(argv)
+
+
+def _doctor(argv: list[str]) -> int:
+    from .doctor import doctor_main
+
+    return doctor_main(argv)
 
 
 def _patch(argv: list[str]) -> int:
@@ -94,6 +101,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "verify": daemon_side.verify,
     "policy": daemon_side.policy,
     "patch": _patch,
+    "doctor": _doctor,
 }
 SUBCOMMANDS: dict[str, Callable[[], list[str]]] = {
     "signer": daemon_side.signer_subcommands,

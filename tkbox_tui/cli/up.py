@@ -34,14 +34,17 @@ CONSOLE_DESCRIPTION = ("Open the console on a running daemon. Closing it (q) lea
                        "running; if the daemon restarts while the console is open, the console reconnects.")
 
 
-async def _ensure_demo_box(workspace: Path) -> str | None:
+async def _ensure_demo_box(workspace: Path) -> tuple[str | None, str]:
+    """The demo box's name if it was created now (None when a box exists), and the daemon's one-line host
+    summary (``tkbox doctor``)."""
     async with daemon_client() as client:
+        summary = (await client.host_report()).summary
         boxes = await client.boxes()
         if boxes:
-            return None
+            return None, summary
         info = await client.create_box({"name": DEMO_BOX, "workspace": str(workspace),
                                         "task": "tkbox up: a demo box on this directory"})
-        return info.name
+        return info.name, summary
 
 
 def _require_terminal(hint: str) -> None:
@@ -63,15 +66,17 @@ def up_main(argv: list[str]) -> int:
     except (ControlError, DaemonControlError, PathError) as exc:
         raise CliError("start_failed", str(exc)) from None
     try:
-        demo = asyncio.run(_ensure_demo_box(Path.cwd()))
+        demo, host = asyncio.run(_ensure_demo_box(Path.cwd()))
     except CliError as error:
         raise CliError(error.code, f"the demo box could not be created: {error.message}", error.hint,
                        field=error.field) from None
     summary = {"signer": {"pid": signer["pid"], "started": signer["started"]},
-               "daemon": {"started": daemon["started"], "backend": daemon.get("backend")}, "demo_box": demo}
+               "daemon": {"started": daemon["started"], "backend": daemon.get("backend")}, "demo_box": demo,
+               "host": host}
     if args.json:
         print(json.dumps(summary, indent=2, sort_keys=True))
         return 0
+    print(safe_text(host), flush=True)  # kept above the console, and in the terminal after it closes
     if args.no_console:
         print(f"signer {'started' if signer['started'] else 'running'}, daemon "
               f"{'started' if daemon['started'] else 'running'}" + (f", box {safe_text(demo)} created" if demo else ""))

@@ -48,7 +48,7 @@ from .messages import ApprovalsLoaded, BoxesLoaded, BoxRefreshed, ConnectionChan
 from .network_actions import NetworkActionsMixin
 from .present import connection_label, disconnected_banner, textual_markup_literal
 from .review_actions import ReviewActionsMixin
-from .screens import BoxScreen, HelpScreen, MainScreen
+from .screens import BoxScreen, DaemonScreen, HelpScreen, MainScreen
 from .settings import ConsoleSettings
 from .state import ConsoleState, EventFilter
 from .theming import ThemeMixin
@@ -380,6 +380,10 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         if self.screen is self.main_screen:
             self.main_screen.query_one(CommandBar).open("command")
 
+    def open_daemon_page(self) -> None:
+        if not isinstance(self.screen, DaemonScreen):
+            self.push_screen(DaemonScreen())
+
     def action_help(self) -> None:
         if isinstance(self.screen, HelpScreen):
             return
@@ -413,6 +417,8 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
                                     self.action_export_box)
         yield SystemCommand("view: Network", "Hosts the boxes contacted; allow or block one (w)",
                             lambda: self.open_network(self.state.selected_box_id))
+        yield SystemCommand("view: Daemon", "The daemon's health and what its host gives a box (:daemon)",
+                            self.open_daemon_page)
         yield SystemCommand("view: Follow events", "Resume following the event stream", self.action_follow_events)
         for name in self.console_theme_names:
             yield SystemCommand(f"theme: {name}", f"Switch to the {name} theme",

@@ -41,7 +41,7 @@ class BoxActionsMixin:
         box = app._selected_or_warn()
         if box is not None and box.state == "lost":
             app.notify(f"{safe_text(box.name)} is lost: the daemon that ran it ended, and nothing of it runs, so "
-                       "there is nothing to stop. d removes it (its layers and its uids).", title="nothing to stop",
+                       "there is nothing to stop. d removes it (its layers).", title="nothing to stop",
                        severity="warning", timeout=10, markup=False)
         elif box is not None:
             app.push_screen(ConfirmModal(f"Stop box {safe_text(box.name)}? Running commands end.", "Stop"),
@@ -51,8 +51,9 @@ class BoxActionsMixin:
         app: Any = self
         box = app._selected_or_warn()
         if box is not None:
-            question = (f"Remove lost box {safe_text(box.name)}? Its layers are deleted and its uids released; its "
-                        "run stays open (its token went with the daemon that ran it)." if box.state == "lost" else
+            question = (f"Remove lost box {safe_text(box.name)}? Its layers are deleted (its uids were given back "
+                        "when the daemon restarted); its run stays open (its token went with the daemon that ran "
+                        "it)." if box.state == "lost" else
                         f"Remove box {safe_text(box.name)}? Its state is deleted; the record stays.")
             app.push_screen(ConfirmModal(question, "Remove"),
                             lambda yes: self._call_box_action("remove", box.id) if yes else None)

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, RememberedRule, RunExport
 from tkbox_daemon.wire_apply import ApplyReport
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
+from tkbox_daemon.wire_host import HostReport
 
 
 class ExecCallLike(Protocol):
@@ -30,6 +31,8 @@ class ConsoleClient(Protocol):
     """The daemon calls the console makes; every one of them runs in a worker, never on the UI's critical path."""
 
     async def health(self) -> dict[str, Any]: ...
+
+    async def host_report(self, *, refresh: bool = False) -> HostReport: ...
 
     async def boxes(self) -> list[BoxInfo]: ...
 

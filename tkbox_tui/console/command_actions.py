@@ -122,6 +122,10 @@ class CommandActionsMixin:
         app: Any = self
         app.action_open_approvals()
 
+    def _command_daemon(self, _argument: str) -> None:
+        app: Any = self
+        app.open_daemon_page()
+
     def _command_review(self, argument: str) -> None:
         app: Any = self
         if self._select_named(argument):

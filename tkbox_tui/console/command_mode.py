@@ -49,6 +49,8 @@ COMMANDS: tuple[CommandSpec, ...] = (
     CommandSpec("approvals", "The approvals inbox: every pending approval, across all boxes", aliases=("inbox",)),
     CommandSpec("network", "The network view: the hosts every box (or NAME) contacted; allow or block one", "NAME",
                 completes="box", aliases=("net",)),
+    CommandSpec("daemon", "The daemon's page: its health and what its host gives a box (tkbox doctor)",
+                aliases=("doctor",)),
     CommandSpec("theme", "Switch theme", "NAME", True, completes="theme"),
     CommandSpec("filter", "Filter the events (empty clears)", "RE"),
     CommandSpec("box", "Select a box", "NAME", True, completes="box"),
@@ -59,7 +61,7 @@ COMMANDS: tuple[CommandSpec, ...] = (
 )
 BY_WORD = {word: spec for spec in COMMANDS for word in (spec.name, *spec.aliases)}
 PLACEHOLDER = ("new | exec CMD | shell | stop | rm | open | review | export | verify PATH | approvals | network "
-               "| theme NAME | filter RE | box NAME | q   (Tab completes)")
+               "| daemon | theme NAME | filter RE | box NAME | q   (Tab completes)")
 
 
 class CommandError(ValueError):

@@ -6,6 +6,7 @@ from .approval_prompt import ApprovalPrompt
 from .approvals_screen import ApprovalsScreen
 from .box_screen import BoxScreen
 from .confirm_modal import ConfirmModal
+from .daemon_screen import DaemonScreen
 from .event_screen import EventScreen
 from .export_form_modal import ExportFormModal
 from .help_screen import HelpScreen
@@ -17,5 +18,5 @@ from .review_screen import PatchReviewScreen
 from .verify_screen import VerifyReportScreen
 
 __all__ = ["AllowConfirmModal", "ApplyConfirmModal", "ApprovalPrompt", "ApprovalsScreen", "BoxScreen", "ConfirmModal",
-           "EventScreen", "ExportFormModal", "HelpScreen", "MainScreen", "NetworkScreen", "NewBoxScreen",
+           "DaemonScreen", "EventScreen", "ExportFormModal", "HelpScreen", "MainScreen", "NetworkScreen", "NewBoxScreen",
            "PatchReviewScreen", "RejectReasonModal", "VerifyReportScreen"]

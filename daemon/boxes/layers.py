@@ -1,0 +1,182 @@
+"""A box's layers on the host: where they live, who may reach them, and the box's own disk.
+
+::
+
+    <layers root>/<box id>/     root, 0711  what bubblewrap, run as the guest's uid, finds by path
+        backend/                root, 0711  the backend's state dir: box.log (0600), mnt/ (the launcher's mount point)
+        etc/                    root        the generated /etc of a dir: image (read-only in the box)
+        layers/                 root, 0700  the box's layers: no other user of the host gets past this directory
+            base/               jobs' uid   the base copy (the overlay's lower layer, read-only in the box)
+            disk.img            root, 0600  the box's file system: box_disk bytes, reserved on the host (box/disk.py)
+            disk/               its mount point: nosuid, nodev, noexec, noatime
+                upper/ work/    jobs' uid   the overlay's upper and work dirs: all a box writes to its workspace
+
+A job that makes a set-id copy of a program in its workspace makes it on its own disk, below ``layers/``: no
+other local user can open it (the directory is root's, 0700), and nobody can run it from the host (the disk is
+mounted nosuid and noexec there). The bit never leaves the box either: the patch records only 100644 and 100755
+(``tkbox_guest.diff``), the host's patch parser refuses any other mode, and apply writes those two.
+
+``disk_bytes`` None (the fake test backend) keeps upper and work in a plain ``disk/`` directory: nothing bounds
+them. The disk is released (unmounted; its loop device goes with it) once the box has stopped and its patch is
+saved, and deleted with the box; a restarted daemon releases the disks its predecessor left (``recovery.py``).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import stat
+from collections.abc import Callable
+from pathlib import Path
+
+from .. import limits
+from ..box import disk
+from ..box.disk import DiskError, DiskUsage
+from ..box.workspace import build_base
+
+PRIVATE_MODE = 0o700
+DISK_POLL_S = 5.0  # how often a running box's disk is read besides every command's end (a job may write alone)
+LIMIT_SOURCE = "tkbox.limit"  # the run's record of a limit a box reached (the host's own reading)
+
+
+class BoxLayers:
+    """The host directories of one box (see the module docstring), rooted at ``root``."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._pending: disk.PendingDisk | None = None
+
+    @property
+    def backend(self) -> Path:
+        return self.root / "backend"
+
+    @property
+    def etc(self) -> Path:
+        return self.root / "etc"
+
+    @property
+    def private(self) -> Path:
+        return self.root / "layers"
+
+    @property
+    def base(self) -> Path:
+        return self.private / "base"
+
+    @property
+    def disk_image(self) -> Path:
+        return self.private / "disk.img"
+
+    @property
+    def disk_dir(self) -> Path:
+        return self.private / "disk"
+
+    @property
+    def upper(self) -> Path:
+        return self.disk_dir / "upper"
+
+    @property
+    def work(self) -> Path:
+        return self.disk_dir / "work"
+
+    def make_root(self) -> None:
+        """The box's own directory (it must not exist yet), traversable but not listable by others."""
+        self.root.mkdir(mode=0o711)
+        os.chmod(self.root, 0o711)
+
+    def start(self, disk_bytes: int | None) -> None:
+        """The first step: the directories and, with ``disk_bytes``, the box's disk reserved and its format
+        started (``mkfs.ext4`` runs in its own process while the daemon goes on: registering the box's run,
+        copying the base). ``prepare`` finishes it. Blocks briefly (the reservation): run it in a thread. Raises
+        ``DiskError``."""
+        self.backend.mkdir(mode=0o711)  # bubblewrap, as the box uid, resolves the launcher's mount point below it
+        os.chmod(self.backend, 0o711)
+        self.private.mkdir(mode=PRIVATE_MODE)
+        os.chmod(self.private, PRIVATE_MODE)
+        _check_private(self.private)
+        if disk_bytes is not None:
+            self._pending = disk.start_disk(self.disk_image, disk_bytes)
+
+    def prepare(self, workspace: Path, *, job_uid: int, max_files: int, max_bytes: int) -> dict[str, object]:
+        """The rest of the layers: the base copy of ``workspace``, then the disk ``start`` began, mounted, with
+        empty upper and work dirs on it (without a disk, in a plain directory). Returns the base copy's summary.
+        Blocks: run it in a thread. Raises ``DiskError`` and ``workspace.WorkspaceError``."""
+        pending, self._pending = self._pending, None
+        try:
+            summary = build_base(workspace, self.base, box_uid=job_uid, max_files=max_files, max_bytes=max_bytes)
+            self.disk_dir.mkdir(mode=0o755)
+            if pending is not None:
+                pending.mount(self.disk_dir)
+                pending = None
+        finally:
+            if pending is not None:
+                pending.abandon()
+        for path in (self.upper, self.work):
+            path.mkdir(mode=0o755)
+            os.chown(path, job_uid, job_uid)
+        return summary
+
+    def has_disk(self) -> bool:
+        return disk.is_mounted(self.disk_dir)
+
+    def disk_usage(self) -> DiskUsage | None:
+        """The box's disk as the host reads it now; None when it has none mounted."""
+        if not self.has_disk():
+            return None
+        return disk.usage(self.disk_dir)
+
+    def release_disk(self) -> bool:
+        """Unmount the box's disk (its image stays until ``remove``), or drop one still being formatted; False
+        when none was mounted."""
+        if self._pending is not None:
+            self._pending.abandon()
+            self._pending = None
+        try:
+            return disk.release(self.disk_dir)
+        except FileNotFoundError:
+            return False
+
+    def remove(self) -> None:
+        """Release the disk, then delete every layer (the image with them). Blocks: run it in a thread."""
+        self.release_disk()
+        if disk.is_mounted(self.disk_dir):  # still mounted: deleting would empty the box's disk, not free it
+            raise DiskError(f"the box's disk {self.disk_dir} is still mounted; its layers are kept")
+        shutil.rmtree(self.root, ignore_errors=True)
+
+
+def _check_private(directory: Path) -> None:
+    info = os.lstat(directory)
+    if not stat.S_ISDIR(info.st_mode) or info.st_uid != os.geteuid() or info.st_mode & 0o777 != PRIVATE_MODE:
+        raise DiskError(f"{directory} must be a directory of uid {os.geteuid()} with mode 0700 (the box's layers "
+                        "are kept from every other user there)")
+
+
+def disk_full_record(usage: DiskUsage) -> dict[str, object]:
+    """What the daemon records of a full disk: the event ``box.disk_full`` and, in the box's run, a trusted
+    must-keep ``tkbox.limit`` observation (the host's reading, never the box's word)."""
+    return {"limit": limits.BOX_DISK.name, **usage.to_json(),
+            "reason": f"limit {limits.BOX_DISK.name} reached: the box's disk has {usage.free} of {usage.size} bytes "
+                      f"left, so its writes fail with ENOSPC; {limits.BOX_DISK.how_to_raise}"}
+
+
+class FullDiskWatch:
+    """Tells ``on_full`` once when the box's disk turns full, and again only after it had room again."""
+
+    def __init__(self, layers: BoxLayers, on_full: Callable[[DiskUsage], None]) -> None:
+        self.layers = layers
+        self.on_full = on_full
+        self.full = False
+
+    def check(self) -> DiskUsage | None:
+        """Read the disk (a statvfs: cheap enough for every command's end); returns the reading."""
+        try:
+            reading = self.layers.disk_usage()
+        except OSError:
+            return None
+        if reading is None:
+            return None
+        if reading.full and not self.full:
+            self.full = True
+            self.on_full(reading)
+        elif self.full and reading.roomy:
+            self.full = False
+        return reading
