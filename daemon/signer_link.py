@@ -95,7 +95,8 @@ class AsyncSignerClient:
         self._pending.append(future)
         writer.write(json.dumps({"method": method, **fields}, separators=(",", ":")).encode() + b"\n")
         try:
-            reply = await asyncio.wait_for(asyncio.shield(future), CALL_TIMEOUT_SECONDS)
+            async with asyncio.timeout(CALL_TIMEOUT_SECONDS):  # no task per call, as wait_for would make
+                reply = await asyncio.shield(future)
         except TimeoutError:
             writer.close()
             raise SignerUnreachable(f"the signer did not answer {method} within {CALL_TIMEOUT_SECONDS:.0f}s") from None

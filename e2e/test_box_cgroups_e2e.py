@@ -64,8 +64,9 @@ def backend(request):
 
 @pytest.fixture
 def lab(backend):
-    root = Path(tempfile.mkdtemp(prefix="tkb-", dir="/tmp"))  # short: Unix socket paths are limited; 0700: a
-    # box's layers stay below a directory closed to other users
+    root = Path(tempfile.mkdtemp(prefix="tkb-", dir="/tmp"))  # short: Unix socket paths are limited
+    os.chmod(root, 0o711)  # passable, as the daemon's box directories: bwrap reaches the box's sockets as its uid;
+    # the layers stay below BoxLab's own 0700 directory
     allocator = UidAllocator(UID_REGISTRY)
     owner = f"e2e-{os.getpid()}-{os.urandom(3).hex()}"
     uids = (allocator.allocate(owner), allocator.allocate(owner))

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from .. import limits
 from ..approvals.box_approvals import BoxApprovals
 from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
-from ..box.disk import DiskError, DiskUsage
+from ..box.disk import DiskError
 from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused, start_refusal
 from ..egress.allowlist import Allowlist
@@ -36,7 +36,8 @@ from .egress_listener import EgressHandler, EgressListener, refuse_door_not_enab
 from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
 from .guest_link import GuestExec, GuestFailure, GuestLink, GuestTimeout
-from .layers import DISK_POLL_S, LIMIT_SOURCE, BoxLayers, FullDiskWatch, disk_full_record
+from .layers import BoxLayers
+from .limit_watch import LimitWatch
 from .live_allowlist import LiveAllowlist
 from .patches import BoxPatches
 from .recorder import Decision, RunRecorder
@@ -88,7 +89,7 @@ class Box:
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
         self.layers = BoxLayers(self.layers_dir)  # where its layers and its disk live (layers.py)
-        self.disk_watch = FullDiskWatch(self.layers, self._disk_full)
+        self.limit_watch = LimitWatch(self)
         self.patches = BoxPatches(self.layers, self.state_dir, settings)
         self.run_export = load_run_export(self.state_dir)  # its run's last export (run_export.py), kept on disk
         self._exec_history: ExecHistory | None = None
@@ -110,7 +111,6 @@ class Box:
         self._tasks: list[asyncio.Task[Any]] = []
         self._poll_now = asyncio.Event()
         self._stop_lock = asyncio.Lock()
-        self._oom_kills_seen = 0  # the box's out-of-memory kills already reported in a box.oom event
 
     @property
     def state(self) -> str:
@@ -262,7 +262,7 @@ class Box:
         if self.recorder is not None:
             self._tasks.append(spawn(self._poll_containment(), name=f"box-containment-{self.id}"))
         if self.layers.has_disk():
-            self._tasks.append(spawn(self._watch_disk(), name=f"box-disk-{self.id}"))
+            self._tasks.append(spawn(self.limit_watch.watch_disk(), name=f"box-disk-{self.id}"))
 
     async def _register_run(self) -> None:
         if self.manager.signer is not None:
@@ -349,7 +349,7 @@ class Box:
         return handle
 
     def complete_exec_soon(self, session: ExecSession, **fields: Any) -> None:
-        self.disk_watch.check()  # a command's end is where a full disk shows: read before its end is told
+        self.limit_watch.disk.check()  # a command's end is where a full disk shows: read before its end is told
         if self.recorder is not None and session.decision_id:
             self.recorder.complete_soon(session.decision_id, **fields)
 
@@ -358,39 +358,13 @@ class Box:
         self.note_oom_kills()
 
     def note_oom_kills(self) -> int:
-        """The box's out-of-memory kills as its memory cgroup counts them (0 when the host cannot say); emits
-        ``box.oom`` when there were more since the last look (each exec's end, the box's end)."""
-        kills = self.process.stats().get("oom_kills") if self.process is not None else None
-        if not isinstance(kills, int):
-            return 0
-        if kills > self._oom_kills_seen:
-            data = {"limit": limits.BOX_MEMORY.name, "oom_kills": kills, "new": kills - self._oom_kills_seen,
-                    "reason": f"limit {limits.BOX_MEMORY.name} reached: the kernel killed {kills} process(es) of "
-                              f"the box for memory; {limits.BOX_MEMORY.how_to_raise}"}
-            self.emit("box.oom", data)
-            if self.recorder is not None and not self.recorder.closed:  # the host's own reading, like a full disk
-                self.recorder.observe_must_keep(LIMIT_SOURCE, data, trust="trusted")
-            self._oom_kills_seen = kills
-        return kills
-
-    def _disk_full(self, usage: DiskUsage) -> None:
-        """The box filled its disk (its writes fail with ENOSPC; nothing else on the host is touched): recorded,
-        and the box runs on."""
-        data = disk_full_record(usage)
-        self.emit("box.disk_full", data)
-        if self.recorder is not None and not self.recorder.closed:
-            self.recorder.observe_must_keep(LIMIT_SOURCE, data, trust="trusted")
-
-    async def _watch_disk(self) -> None:
-        """Between commands too (a job may write in the background): read the disk every ``DISK_POLL_S``."""
-        while self.state in ("running", "held"):
-            await asyncio.sleep(DISK_POLL_S)
-            self.disk_watch.check()
+        """The box's out-of-memory kills so far (new ones recorded: ``limit_watch.py``)."""
+        return self.limit_watch.oom_kills()
 
     async def _release_disk(self) -> None:
         """Once nothing of the box runs and its patch is saved: a last reading, then unmount its disk (the loop
         device goes with it; the image stays with the layers until the box is removed)."""
-        self.disk_watch.check()
+        self.limit_watch.disk.check()
         try:
             await asyncio.to_thread(self.layers.release_disk)
         except (DiskError, OSError) as exc:

@@ -125,7 +125,8 @@ class SignerServer:
                              replies: asyncio.Queue[asyncio.Future[dict[str, Any]] | None]) -> None:
         while True:
             try:
-                line = await asyncio.wait_for(reader.readuntil(b"\n"), READ_TIMEOUT_SECONDS)
+                async with asyncio.timeout(READ_TIMEOUT_SECONDS):  # no task per line, as wait_for would make
+                    line = await reader.readuntil(b"\n")
             except asyncio.IncompleteReadError as partial:
                 if partial.partial.strip():
                     await replies.put(_done(error("invalid_request", "the last line has no newline")))
