@@ -282,10 +282,8 @@ def test_apply_after_a_daemon_restart_records_in_a_run_that_names_the_earlier_on
         tkbox("signer", "down", check=False)
 
 
-@pytest.mark.parametrize("job, rule", [
-    ("mkdir -p .git/hooks && echo evil > .git/hooks/pre-commit && echo ok > ok.txt", "dotgit"),
+@pytest.mark.parametrize("job, rule", [  # one per kind: every spelling is in tests/corpus/patches (the parser's)
     ("mkdir -p .GIT && echo evil > .GIT/config && echo ok > ok.txt", "dotgit"),
-    ("ln -s /etc/passwd leak && echo ok > ok.txt", "symlink"),
     ("ln -s ../../outside up && echo ok > ok.txt", "symlink"),
 ])
 def test_a_hostile_box_patch_is_refused_whole_and_nothing_is_written(daemon, checkout, job, rule):

@@ -9,4 +9,5 @@ echo "== ruff"
 echo "== import boundaries"
 .venv/bin/lint-imports
 echo "== tests"
-exec .venv/bin/python -m pytest -n 2 -p no:cacheprovider "$@"
+# worksteal: a worker that runs out of tests takes pending ones from the other (the long end-to-end tests come last)
+exec .venv/bin/python -m pytest -n 2 --dist worksteal -p no:cacheprovider "$@"
