@@ -9,5 +9,6 @@ echo "== ruff"
 echo "== import boundaries"
 .venv/bin/lint-imports
 echo "== tests"
-# worksteal: a worker that runs out of tests takes pending ones from the other (the long end-to-end tests come last)
-exec .venv/bin/python -m pytest -n 2 --dist worksteal -p no:cacheprovider "$@"
+# three workers on two cores: the end-to-end tests spend much of their time waiting on boxes, daemons and disks;
+# worksteal: a worker that runs out of tests takes pending ones from another (the long end-to-end tests come last)
+exec .venv/bin/python -m pytest -n 3 --dist worksteal -p no:cacheprovider "$@"
