@@ -199,6 +199,11 @@ class BoxProcess(ABC):
     def stats(self) -> dict[str, object]:
         """Resource use now: memory, pids, cpu, frozen/paused, oom kills (keys absent when unknown)."""
 
+    def oom_kills(self) -> int | None:
+        """The box's out-of-memory kills (what ``stats`` says under ``oom_kills``, read alone: each command's end
+        asks), None when the host cannot say."""
+        return None
+
 
 class BoxBackend(ABC):
     """Starts boxes. Capability flags tell the daemon what the backend guarantees."""

@@ -26,7 +26,14 @@ from pathlib import Path
 from typing import ClassVar
 
 from tkbox_daemon.box.backend import BoxLimits
-from tkbox_daemon.box.cgroups_files import CGROUP2_SUPER_MAGIC, own_cgroup_lines, statfs_magic, write_file
+from tkbox_daemon.box.cgroups_files import (
+    CGROUP2_SUPER_MAGIC,
+    CgroupFileError,
+    own_cgroup_lines,
+    parse_flat_keyed,
+    statfs_magic,
+    write_file,
+)
 
 log = logging.getLogger("tkbox.box.cgroups")
 
@@ -51,6 +58,30 @@ def requested_controllers(limits: BoxLimits) -> dict[str, bool]:
     """Which limit controllers ``limits`` needs (memory, pids, cpu): a box warns for each it needs and lacks."""
     return {"memory": limits.memory_bytes is not None, "pids": limits.pids_max is not None,
             "cpu": limits.cpu_shares is not None or limits.cpu_quota_us is not None}
+
+
+def counters(text: str | None, name: str, version: str) -> dict[str, int]:
+    """A flat-keyed cgroup file's counters (``{}`` when unread); a file not as the kernel writes it is warned about
+    once and counts nothing."""
+    if text is None:
+        return {}
+    try:
+        return parse_flat_keyed(text)
+    except CgroupFileError as error:
+        warn_once(f"{version}-parse-{name}", f"cgroup file {name} is not as the kernel writes it ({error}); "
+                                             "its counts are left out of box stats")
+        return {}
+
+
+def applied(box: BoxCgroup, limits: BoxLimits, version: str, where: str = "") -> BoxCgroup:
+    """``box`` with ``limits`` applied, after one warning per controller it lacks (``where``: the group boxes
+    live in, when it says more than the version)."""
+    for name in box.missing:
+        place = f" to boxes at {where}" if where else ""
+        warn_once(f"{version}-missing-{name}", f"cgroup {version} controller {name} is not available{place}: "
+                                               f"{WHAT_IS_LOST[name]} for boxes on this host")
+    box.apply(limits)
+    return box
 
 
 def warn_once(key: str, message: str) -> None:
@@ -104,6 +135,10 @@ class BoxCgroup(ABC):
         return host(root).create(box_id, limits)
 
     @abstractmethod
+    def apply(self, limits: BoxLimits) -> None:
+        """Write ``limits`` into the box's group(s), warning once for each the host cannot enforce."""
+
+    @abstractmethod
     def procs_files(self) -> list[str]:
         """The ``cgroup.procs`` files a launcher writes a pid to (one per distinct hierarchy)."""
 
@@ -141,6 +176,10 @@ class BoxCgroup(ABC):
     def stats(self) -> dict[str, object]:
         """memory_bytes, memory_peak_bytes, memory_limit_bytes, pids, pids_max, pids_refused, cpu_usage_ns,
         cpu_throttled_periods, cpu_throttled_ns, oom_kills, frozen: each only when the host can say."""
+
+    @abstractmethod
+    def oom_kills(self) -> int | None:
+        """The kernel's count of the box's out-of-memory kills (one file read), None when the host cannot say."""
 
     @abstractmethod
     def remove(self) -> bool:

@@ -20,11 +20,12 @@ from tkbox_daemon.box.cgroups import (
     FREEZE_TIMEOUT_S,
     PARENT_GROUP,
     STATS_ONLY_CONTROLLERS,
-    WHAT_IS_LOST,
     BoxCgroup,
     CgroupHost,
     CgroupSummary,
     GuardFiles,
+    applied,
+    counters,
     log,
     own_group_path,
     requested_controllers,
@@ -34,7 +35,6 @@ from tkbox_daemon.box.cgroups_files import (
     CGROUP2_SUPER_MAGIC,
     PROCS_READ_LIMIT,
     CgroupFileError,
-    parse_flat_keyed,
     parse_pids,
     read_file,
     statfs_magic,
@@ -77,12 +77,7 @@ class V1Host(CgroupHost):
                 warn_once(f"mkdir-{name}", f"cgroup controller {name} unusable ({error}); continuing without it")
                 continue
             groups[name] = made[real] = group
-        box = BoxCgroupV1(box_id, groups)
-        for name in box.missing:
-            warn_once(f"missing-{name}", f"cgroup v1 controller {name} is not available: "
-                                         f"{WHAT_IS_LOST[name]} for boxes on this host")
-        box.apply(limits)
-        return box
+        return applied(BoxCgroupV1(box_id, groups), limits, "v1")
 
     def leftover(self, box_id: str) -> BoxCgroupV1:
         groups = {name: hierarchy / PARENT_GROUP / box_id
@@ -144,15 +139,10 @@ class BoxCgroupV1(BoxCgroup):
             return None
 
     def _counters(self, controller: str, name: str) -> dict[str, int]:
-        text = self._read(controller, name)
-        if text is None:
-            return {}
-        try:
-            return parse_flat_keyed(text)
-        except CgroupFileError as error:
-            warn_once(f"v1-parse-{name}", f"cgroup file {name} is not as the kernel writes it ({error}); "
-                                          "its counts are left out of box stats")
-            return {}
+        return counters(self._read(controller, name), name, "v1")
+
+    def oom_kills(self) -> int | None:
+        return self._counters("memory", "memory.oom_control").get("oom_kill")
 
     def procs_files(self) -> list[str]:
         return sorted({str(group / "cgroup.procs") for group in self.groups.values()})
@@ -233,7 +223,6 @@ class BoxCgroupV1(BoxCgroup):
             if text is not None and text.strip().isdigit():
                 out[key] = int(text)
         for key, controller, name, field in (
-            ("oom_kills", "memory", "memory.oom_control", "oom_kill"),
             ("pids_refused", "pids", "pids.events", "max"),
             ("cpu_throttled_periods", "cpu", "cpu.stat", "nr_throttled"),
             ("cpu_throttled_ns", "cpu", "cpu.stat", "throttled_time"),
@@ -241,6 +230,9 @@ class BoxCgroupV1(BoxCgroup):
             counters = self._counters(controller, name)
             if field in counters:
                 out[key] = counters[field]
+        oom_kills = self.oom_kills()
+        if oom_kills is not None:
+            out["oom_kills"] = oom_kills
         if self.has_freezer:
             out["frozen"] = self.freezer_state() == "FROZEN"
         return out

@@ -23,6 +23,7 @@ from tkbox_daemon.box.cgroups import (
     FREEZE_TIMEOUT_S,
     BoxCgroup,
     GuardFiles,
+    counters,
     log,
     requested_controllers,
     warn_once,
@@ -30,7 +31,6 @@ from tkbox_daemon.box.cgroups import (
 from tkbox_daemon.box.cgroups_files import (
     PROCS_READ_LIMIT,
     CgroupFileError,
-    parse_flat_keyed,
     parse_pids,
     read_file,
     tokens,
@@ -94,15 +94,10 @@ class BoxCgroupV2(BoxCgroup):
             return None
 
     def _counters(self, name: str) -> dict[str, int]:
-        text = self._read(name)
-        if text is None:
-            return {}
-        try:
-            return parse_flat_keyed(text)
-        except CgroupFileError as error:
-            warn_once(f"v2-parse-{name}", f"cgroup file {name} is not as the kernel writes it ({error}); "
-                                          "its counts are left out of box stats")
-            return {}
+        return counters(self._read(name), name, "v2")
+
+    def oom_kills(self) -> int | None:
+        return self._counters("memory.events").get("oom_kill")
 
     def _number(self, name: str) -> int | None:
         text = self._read(name)
@@ -180,12 +175,14 @@ class BoxCgroupV2(BoxCgroup):
             ("cpu_usage_ns", "cpu.stat", "usage_usec", 1000),
             ("cpu_throttled_periods", "cpu.stat", "nr_throttled", 1),
             ("cpu_throttled_ns", "cpu.stat", "throttled_usec", 1000),
-            ("oom_kills", "memory.events", "oom_kill", 1),
             ("pids_refused", "pids.events", "max", 1),
         ):
             counters = self._counters(name)
             if field in counters:
                 out[key] = counters[field] * scale
+        oom_kills = self.oom_kills()
+        if oom_kills is not None:
+            out["oom_kills"] = oom_kills
         if self.has_freezer:
             out["frozen"] = self._counters("cgroup.events").get("frozen") == 1
         return out

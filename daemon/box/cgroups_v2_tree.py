@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tkbox_daemon.box.backend import BoxError, BoxLimits
-from tkbox_daemon.box.cgroups import PARENT_GROUP, WHAT_IS_LOST, CgroupHost, CgroupSummary, warn_once
+from tkbox_daemon.box.cgroups import PARENT_GROUP, WHAT_IS_LOST, CgroupHost, CgroupSummary, applied, warn_once
 from tkbox_daemon.box.cgroups_files import PROCS_READ_LIMIT, own_cgroup_lines, read_file, tokens, write_file
 from tkbox_daemon.box.cgroups_v2 import LIMIT_CONTROLLERS, BoxCgroupV2
 
@@ -129,12 +129,7 @@ class V2Host(CgroupHost):
         except OSError as error:
             warn_once("v2-mkdir", f"cannot make a cgroup v2 group for boxes ({error}): boxes run without cgroups")
             group, tree = None, self.locate()
-        box = BoxCgroupV2(box_id, group, tree.home)
-        for name in box.missing:
-            warn_once(f"v2-{name}", f"cgroup v2 {name} is not available to boxes at {tree.base}: "
-                                    f"{WHAT_IS_LOST[name]} for boxes on this host")
-        box.apply(limits)
-        return box
+        return applied(BoxCgroupV2(box_id, group, tree.home), limits, "v2", str(tree.base))
 
     def _make_fresh(self, group: Path) -> None:
         """Create ``group``; a leftover empty group of the same name (a crashed daemon's) is replaced."""

@@ -253,6 +253,15 @@ class SupervisedBox(BoxProcess):
             if not fresh or not until_stable:
                 return signalled
 
+    def oom_kills(self) -> int | None:
+        if self.cgroup is None:
+            return None
+        ended = getattr(self, "_final_cgroup_stats", None)
+        if self.returncode is not None and ended is not None:
+            kills = ended.get("oom_kills")
+            return kills if isinstance(kills, int) else None
+        return self.cgroup.oom_kills()
+
     def stats(self) -> dict[str, object]:
         out: dict[str, object] = {"backend": self.backend, "pid": self.pid, "paused": self.paused,
                                   "running": self.returncode is None}

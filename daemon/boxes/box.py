@@ -516,7 +516,7 @@ class Box:
     def _host_view_of_the_end(self, code: int | None) -> str:
         """How PID 1 ended, and the box's out-of-memory kills, as the host sees them (not as the guest says)."""
         seen = [f"its process ended with {_exit_words(code)}"] if code is not None else []
-        oom_kills = self.process.stats().get("oom_kills") if self.process is not None else None
+        oom_kills = self.process.oom_kills() if self.process is not None else None
         if oom_kills:
             seen.append(f"the box's memory limit made the kernel kill {oom_kills} process(es)")
         return "; ".join(seen)

@@ -29,8 +29,8 @@ class LimitWatch:
         """The box's out-of-memory kills as its memory cgroup counts them (0 when the host cannot say); records
         the new ones when there are more since the last look."""
         process = self.box.process
-        kills = process.stats().get("oom_kills") if process is not None else None
-        if not isinstance(kills, int):
+        kills = process.oom_kills() if process is not None else None
+        if kills is None:
             return 0
         if kills > self.oom_kills_seen:
             self._record("box.oom", {

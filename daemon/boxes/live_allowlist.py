@@ -113,5 +113,6 @@ class LiveAllowlist:
                 if not narrows_only:
                     raise AllowlistNotRecorded(f"the change could not be recorded in box {self.box.settings.name}'s "
                                                f"run ({exc.message}); it was not made, and the box stops") from None
-        self.current = made.after
+        if not narrows_only:
+            self.current = made.after
         self.box.emit(EVENT, value)
