@@ -312,3 +312,13 @@ def test_tty_ctrl_c_while_held_withdraws(fake):
     (approval,) = fake.approvals.values()
     assert status == EXIT_INTERRUPTED and b"stopped by Ctrl+C; the approval" in out and fake.answers == []
     assert _wait_for_state(fake, approval.id, "withdrawn")
+
+
+def test_the_tty_help_names_exactly_the_keys_the_in_place_prompt_takes():
+    from tkbox_tui.cli.exec_command import _parser as exec_parser
+    from tkbox_tui.cli.exec_held import KEYS
+
+    tty_help = next(action.help for action in exec_parser()._actions if "--tty" in action.option_strings)
+    named = dict(re.findall(r"\b([a-zA-Z]) (approve and remember|approve|reject)\b", tty_help))
+    expected = {key.decode(): ("approve and remember" if remember else verb) for key, (verb, remember) in KEYS.items()}
+    assert named == expected

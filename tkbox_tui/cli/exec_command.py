@@ -66,7 +66,7 @@ def _parser() -> CliParser:
     parser.add_argument("-t", "--tty", action="store_true",
                         help="run on a terminal in the box (interactive: keys go raw to the command); needs a "
                              "terminal on stdin. When the command waits for an approval, you can answer here "
-                             "with one key: a approve, A approve and remember, x reject")
+                             "with one key: a approve, r approve and remember, x reject")
     parser.add_json("print one JSON object when the command has ended: its decision, exit and the last MiB of "
                     "its stdout and stderr as text")
     return parser
