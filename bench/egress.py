@@ -4,7 +4,7 @@ against a baseline measured in this same run.
 
     .venv/bin/python bench/egress.py [--mib 256] [--rounds 3] [--connections 500] [--pause 0.02]
                                      [--concurrent 256] [--backlog N] [--profile FILE]
-                                     [--only throughput|decisions|concurrent] [--relay transports|streams]
+                                     [--only throughput|decisions|concurrent] [--relay splice|transports|streams]
 
 Loopback only. The proxy (``tkbox_daemon.egress``: the real ``ClientConnection``, ``BoxEgress`` with its allowlist,
 pins and address checks, and the real ``RunRecorder`` for its decisions) runs in this process behind a real
@@ -354,12 +354,14 @@ def main() -> int:
     parser.add_argument("--pause", type=float, default=0.02, help="seconds between connections, second measure")
     parser.add_argument("--only", choices=("all", "throughput", "decisions", "concurrent"), default="all")
     parser.add_argument("--profile", metavar="FILE", help="cProfile the proxy's process during the throughput runs")
-    parser.add_argument("--relay", choices=("transports", "streams"), default="transports",
-                        help="streams: relay every tunnel by the coroutine per direction (the relay before issue 12's "
-                             "bench), to compare in the same run")
+    parser.add_argument("--relay", choices=("splice", "transports", "streams"), default="splice",
+                        help="transports: the relay that holds the transports (no splice); streams: a coroutine per "
+                             "direction (the relay before issue 12's bench); to compare")
     args = parser.parse_args()
+    if args.relay != "splice":
+        relay_module.SPLICE = False  # the relay's own switches between its ways
     if args.relay == "streams":
-        relay_module._holdable = lambda side: False  # the relay's own switch between its two ways
+        relay_module._holdable = lambda side: False
     print(f"machine: {machine()}; load average {' '.join(f'{n:.2f}' for n in os.getloadavg())}")
     with signer_process() as paths:
         asyncio.run(main_async(args, paths.socket))

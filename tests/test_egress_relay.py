@@ -20,10 +20,12 @@ WAIT = 30.0
 Side = tuple[asyncio.StreamReader, asyncio.StreamWriter]
 
 
-@pytest.fixture(params=["transports", "streams"])
+@pytest.fixture(params=["splice", "transports", "streams"])
 def way(request, monkeypatch) -> str:
     if request.param == "streams":
         monkeypatch.setattr(relay_module, "_holdable", lambda side: False)
+    if request.param == "transports":
+        monkeypatch.setattr(relay_module, "SPLICE", False)
     return request.param
 
 
@@ -146,7 +148,8 @@ async def test_nothing_moving_for_idle_seconds_ends_the_relay(way):
         assert (counts.up, counts.down) == (0, 0)
 
 
-async def test_the_relay_holds_socket_transports_and_hands_them_back():
+async def test_the_relay_holds_socket_transports_and_hands_them_back(monkeypatch):
+    monkeypatch.setattr(relay_module, "SPLICE", False)
     async with tunnel() as (box, proxy_client, proxy_upstream, server, start):
         originals = [side[1].transport.get_protocol() for side in (proxy_client, proxy_upstream)]
         box[1].write(b"HEADping")
@@ -158,6 +161,27 @@ async def test_the_relay_holds_socket_transports_and_hands_them_back():
         server[1].write_eof()
         await asyncio.wait_for(task, WAIT)
         assert [side[1].transport.get_protocol() for side in (proxy_client, proxy_upstream)] == originals
+        assert await asyncio.wait_for(proxy_client[0].read(), WAIT) == b""  # the EOFs, and no byte read twice
+        assert await asyncio.wait_for(proxy_upstream[0].read(), WAIT) == b""
+        for _, writer in (proxy_client, proxy_upstream):
+            writer.close()
+            await asyncio.wait_for(writer.wait_closed(), WAIT)
+
+
+async def test_spliced_the_streams_are_not_read_meanwhile_and_work_as_streams_afterwards():
+    async with tunnel() as (box, proxy_client, proxy_upstream, server, start):
+        box[1].write(b"HEADping")
+        assert await asyncio.wait_for(proxy_client[0].readexactly(4), WAIT) == b"HEAD"
+        task = start()
+        assert await asyncio.wait_for(server[0].readexactly(4), WAIT) == b"ping"
+        server[1].write(b"pong")
+        assert await asyncio.wait_for(box[0].readexactly(4), WAIT) == b"pong"
+        assert not proxy_client[1].transport.is_reading() and not proxy_upstream[1].transport.is_reading()
+        assert len(proxy_client[0]._buffer) == len(proxy_upstream[0]._buffer) == 0  # nothing went through them
+        box[1].write_eof()
+        server[1].write_eof()
+        counts = await asyncio.wait_for(task, WAIT)
+        assert (counts.up, counts.down) == (4, 4)
         assert await asyncio.wait_for(proxy_client[0].read(), WAIT) == b""  # the EOFs, and no byte read twice
         assert await asyncio.wait_for(proxy_upstream[0].read(), WAIT) == b""
         for _, writer in (proxy_client, proxy_upstream):
