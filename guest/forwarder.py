@@ -5,8 +5,9 @@ exec's ``HTTP_PROXY``/``HTTPS_PROXY`` names. Each accepted TCP connection gets i
 host's egress socket (``/run/tkbox/egress.sock``, which only the guest's uid may open), and the bytes are relayed
 both ways, unread: the host's proxy does all the parsing and deciding, and believes nothing the guest says.
 
-- Bounded: each direction moves at most ``CHUNK`` bytes at a time and reads again only once they are all written,
-  so a side that does not read stops the other side's sender (its socket buffer fills) instead of filling memory.
+- Bounded: each direction holds at most ``CHUNK`` bytes at a time and reads again only once they are all written,
+  so a side that does not read stops the other side's sender (its socket buffer fills) instead of filling memory
+  (``lanes``: the same relay as the host's egress proxy).
 - Half-close: when one side ends its output, the other side's socket gets ``shutdown(SHUT_WR)``; the relay ends
   when both directions have ended, or at once when either socket fails.
 - At most ``MAX_RELAYS`` relays at once (the host's ``limits.CONNECTIONS_PER_BOX``); a connection beyond them, or
@@ -16,10 +17,10 @@ both ways, unread: the host's proxy does all the parsing and deciding, and belie
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import errno
 import socket
 
+from .lanes import Tunnel
 from .tasks import TaskSet
 
 FORWARDER_HOST = "127.0.0.1"
@@ -114,21 +115,12 @@ class Forwarder:
 
 async def relay(one: socket.socket, other: socket.socket, chunk: int = CHUNK) -> None:
     """Move bytes between two connected non-blocking sockets until both directions have ended (EOF passed on as
-    ``shutdown(SHUT_WR)``) or either fails. The caller closes the sockets."""
-    pumps = [asyncio.ensure_future(_pump(one, other, chunk)), asyncio.ensure_future(_pump(other, one, chunk))]
+    ``shutdown(SHUT_WR)``) or either fails, holding at most ``chunk`` bytes per direction (``lanes``: from the
+    job's TCP connection the kernel splices, from the egress socket one buffer is reused). The caller closes the
+    sockets."""
+    tunnel = Tunnel(one, other, chunk=chunk)
+    tunnel.start()
     try:
-        await asyncio.wait(pumps, return_when=asyncio.FIRST_EXCEPTION)
+        await tunnel.finished
     finally:
-        for pump in pumps:
-            pump.cancel()
-        for pump in pumps:
-            with contextlib.suppress(asyncio.CancelledError, OSError):
-                await pump
-
-
-async def _pump(source: socket.socket, sink: socket.socket, chunk: int) -> None:
-    """One direction: read at most ``chunk``, write all of it, repeat; at EOF end the sink's output."""
-    loop = asyncio.get_running_loop()
-    while data := await loop.sock_recv(source, chunk):
-        await loop.sock_sendall(sink, data)
-    sink.shutdown(socket.SHUT_WR)
+        tunnel.stop()

@@ -50,8 +50,9 @@ def test_guest_modules_load_only_the_standard_library(module):
     assert not outside, f"{module} loads non-stdlib modules: {sorted(outside)}"
 
 
-# What the daemon shares with the guest: the wire codec, and the patch code the host runs over the box's layers.
-SHARED_GUEST_PARTS = [["tkbox_guest", part] for part in ("protocol", "diff", "gitpatch", "layers")]
+# What the daemon shares with the guest: the wire codec, the patch code the host runs over the box's layers, and the
+# relay lanes of the egress proxy and the forwarder.
+SHARED_GUEST_PARTS = [["tkbox_guest", part] for part in ("protocol", "diff", "gitpatch", "layers", "lanes")]
 
 
 @pytest.mark.parametrize("module", [m for m in DAEMON_MODULES if not m.endswith("__main__")])

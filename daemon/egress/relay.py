@@ -5,14 +5,18 @@ carried up (client → upstream) and down. A side whose writes are not taken slo
 buffer. ``idle`` bounds how long both directions may stay silent together; the caller bounds the whole
 connection's life. It ends early when either connection is lost.
 
-Two ways, one behaviour:
+Three ways, one behaviour:
 
-- Socket transports (every connection the proxy relays: the box's Unix connection and the upstream's TCP one): the
-  relay holds both transports for the tunnel's life (``_Tunnel``). Each chunk a transport reads goes straight to the
-  other transport's ``write``; when a transport's write buffer passes its high-water mark, asyncio's flow control
-  pauses reading on the other side until it drains below the low-water mark. No coroutine runs per chunk and no
-  chunk is copied through a ``StreamReader``: the proxy's CPU per byte carried fell by 40-60%
-  (docs/performance.md). The bytes a ``StreamReader`` had already read when the tunnel opened go first: reading
+- Socket transports where Python can splice (Linux; every connection the proxy relays: the box's Unix connection
+  and the upstream's TCP one): the transports are paused and the tunnel's bytes move on the event loop's readiness
+  callbacks, one lane per direction (``tkbox_guest.lanes``, shared with the guest's forwarder): from TCP the kernel
+  splices through a pipe, from the box's Unix socket one buffer is reused; no chunk becomes a Python object.
+  Whatever the stream readers had already buffered goes first, and the writers are drained before the lanes start.
+  A connection lost meanwhile is handed to its stream's protocol when the transports are given back.
+- Socket transports without splice: the relay holds both transports for the tunnel's life (``_Tunnel``). Each
+  chunk a transport reads goes straight to the other transport's ``write``; when a transport's write buffer passes
+  its high-water mark, asyncio's flow control pauses reading on the other side until it drains below the low-water
+  mark. No coroutine runs per chunk and no chunk is copied through a ``StreamReader``. The bytes a ``StreamReader`` had already read when the tunnel opened go first: reading
   them is the relay's one use of the reader's private state (CPython's ``StreamReader._buffer``), and a reader
   without it is relayed the other way. An EOF the reader had already seen is read again from the socket, which
   stays at EOF. The transports go back to their streams when the relay ends; a connection lost meanwhile is
@@ -28,8 +32,9 @@ import contextlib
 import socket
 from dataclasses import dataclass, field
 
+from tkbox_guest import lanes
+
 from ..tasks import spawn
-from . import splice_relay
 
 CHUNK = 64 * 1024
 BOX_SEND_BUFFER = 256 * 1024
@@ -39,8 +44,8 @@ remainder and a wake-up for the rest. The kernel doubles it and caps it at ``net
 so at most ~416 KiB); Linux's default for a Unix socket is 208 KiB. Measured: the proxy's CPU per GiB carried to
 the box fell by about a third (docs/performance.md)."""
 
-SPLICE = splice_relay.available()
-"""Socket transports are relayed by the kernel (``splice_relay``) where Python can splice; the transport-holding
+SPLICE = lanes.available()
+"""Socket transports are relayed by the kernel (``tkbox_guest.lanes``) where Python can splice; the transport-holding
 relay below is the way elsewhere."""
 
 Side = tuple[asyncio.StreamReader, asyncio.StreamWriter]
@@ -59,7 +64,7 @@ async def relay(client: Side, upstream: Side, *, idle: float, counts: Counts | N
     counts = counts or Counts()
     counts.last_activity = asyncio.get_running_loop().time()
     if _holdable(client) and _holdable(upstream):
-        if SPLICE and all(splice_relay.spliceable(side[1].transport) for side in (client, upstream)):
+        if SPLICE and all(lanes.relayable(side[1].transport) for side in (client, upstream)):
             await _spliced(client, upstream, counts, idle)
         else:
             await _Tunnel(client, upstream, counts).run(idle)
@@ -100,7 +105,7 @@ async def _spliced(client: Side, upstream: Side, counts: Counts, idle: float) ->
     sides = (client, upstream)
     for _, writer in sides:
         writer.transport.pause_reading()  # nothing more goes into the stream's reader
-    tunnel: splice_relay.SpliceTunnel | None = None
+    tunnel: lanes.Tunnel | None = None
     try:
         for (reader, _), (_, other_writer), upward in ((client, upstream, True), (upstream, client, False)):
             buffered = bytes(reader._buffer)  # the stream reader's state: see the module's docstring
@@ -115,7 +120,7 @@ async def _spliced(client: Side, upstream: Side, counts: Counts, idle: float) ->
 
         _widen_box_buffer(client[1].transport)
         sockets = [side[1].transport.get_extra_info("socket") for side in sides]
-        tunnel = splice_relay.SpliceTunnel(sockets[0], sockets[1], moved)
+        tunnel = lanes.Tunnel(sockets[0], sockets[1], moved)
         tunnel.start()
         while not tunnel.finished.done():
             remaining = counts.last_activity + idle - loop.time()
@@ -130,7 +135,7 @@ async def _spliced(client: Side, upstream: Side, counts: Counts, idle: float) ->
             _hand_back_spliced(tunnel, sides)
 
 
-def _hand_back_spliced(tunnel: splice_relay.SpliceTunnel, sides: tuple[Side, Side]) -> None:
+def _hand_back_spliced(tunnel: lanes.Tunnel, sides: tuple[Side, Side]) -> None:
     for which, ((reader, writer), lane) in enumerate(zip(sides, tunnel.lanes, strict=True)):
         error = tunnel.error_for(which)
         if error is not None:

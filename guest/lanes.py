@@ -47,8 +47,9 @@ class _Lane:
 
     def __init__(self, loop: asyncio.AbstractEventLoop, source: socket.socket, sink: socket.socket,
                  on_moved: Callable[[int], None], on_ended: Callable[[], None],
-                 on_lost: Callable[[socket.socket, OSError], None]) -> None:
+                 on_lost: Callable[[socket.socket, OSError], None], chunk: int = 0) -> None:
         self.loop, self.source, self.sink = loop, source, sink
+        self.chunk = chunk
         self.on_moved, self.on_ended, self.on_lost = on_moved, on_ended, on_lost
         self.held = 0  # bytes taken from the source, not yet given to the sink
         self.source_ended = False
@@ -148,6 +149,8 @@ class _SpliceLane(_Lane):
         with contextlib.suppress(OSError):
             fcntl.fcntl(self.pipe_write, F_SETPIPE_SZ, PIPE_SIZE)
         self.capacity = fcntl.fcntl(self.pipe_write, F_GETPIPE_SZ)
+        if self.chunk:
+            self.capacity = min(self.capacity, self.chunk)
 
     def fill(self) -> int:
         return os.splice(self.source.fileno(), self.pipe_write, self.capacity - self.held, flags=SPLICE_FLAGS)
@@ -168,7 +171,7 @@ class _CopyLane(_Lane):
 
     def __init__(self, *args: Any) -> None:
         super().__init__(*args)
-        self.buffer = bytearray(COPY_BUFFER)
+        self.buffer = bytearray(self.chunk or COPY_BUFFER)
         self.view = memoryview(self.buffer)
         self.start_at = 0
 
@@ -185,12 +188,14 @@ class _CopyLane(_Lane):
         self.view.release()
 
 
-class SpliceTunnel:
+class Tunnel:
     """Both directions of one tunnel between two connected stream sockets, until both have ended, one is lost, or
-    ``stop``. ``moved(upward, count)`` is called for each count of bytes handed to a sink. The caller pauses the
-    sockets' transports first and gives them back after ``finished``."""
+    ``stop``. ``moved(upward, count)`` is called for each count of bytes handed to a sink; ``chunk`` (when not 0)
+    caps what a lane holds at once. Sockets of asyncio transports: the caller pauses the transports first and
+    gives them back after ``finished``."""
 
-    def __init__(self, client: Any, upstream: Any, moved: Callable[[bool, int], None]) -> None:
+    def __init__(self, client: Any, upstream: Any, moved: Callable[[bool, int], None] | None = None, *,
+                 chunk: int = 0) -> None:
         self.loop = asyncio.get_running_loop()
         self.finished: asyncio.Future[None] = self.loop.create_future()
         self.errors: dict[int, OSError] = {}  # by the side it was met on: 0 the client's socket, 1 the upstream's
@@ -203,14 +208,14 @@ class SpliceTunnel:
             for source, sink, upward in ((client, upstream, True), (upstream, client, False)):
                 lane = _CopyLane if source.family == socket.AF_UNIX else _SpliceLane
                 self.lanes.append(lane(self.loop, source, sink, self._counter(moved, upward), self._ended,
-                                       self._lost))
+                                       self._lost, chunk))
         except OSError:
             self.stop()
             raise
 
     @staticmethod
-    def _counter(moved: Callable[[bool, int], None], upward: bool) -> Callable[[int], None]:
-        return lambda count: moved(upward, count)
+    def _counter(moved: Callable[[bool, int], None] | None, upward: bool) -> Callable[[int], None]:
+        return (lambda count: None) if moved is None else (lambda count: moved(upward, count))
 
     def start(self) -> None:
         for lane in self.lanes:
@@ -240,7 +245,7 @@ class SpliceTunnel:
         return self.errors.get(which)
 
 
-def spliceable(transport: Any) -> bool:
+def relayable(transport: Any) -> bool:
     """A socket transport of a stream socket (TCP or Unix): what the lanes can splice."""
     sock = transport.get_extra_info("socket") if transport is not None else None
     return available() and sock is not None and sock.type == socket.SOCK_STREAM and sock.family in (
