@@ -23,6 +23,7 @@ import pytest
 
 from tkbox_daemon.box.backend import BoxLimits, BoxSpec
 from tkbox_daemon.box.etcgen import generate_etc
+from tkbox_daemon.box.idmap import mount_view
 from tkbox_daemon.box.uids import HOST_UID_REGISTRY
 from tkbox_daemon.box.workspace import build_base
 
@@ -142,6 +143,26 @@ def workspace(args):
         out["upper_after"] = sorted(os.listdir("/run/tkbox/upper"))
     return out
 
+def base_attacks(args):
+    """Every change a process might try on each file of the base, through each path it has to one."""
+    out = {}
+    for root in ("/run/tkbox/base", "/workspace"):
+        for name in sorted(os.listdir(root)):
+            path = os.path.join(root, name)
+            if os.path.islink(path) or not os.path.isfile(path):
+                continue
+            out[path] = {
+                "write": attempt(lambda: open(path, "r+b").write(b"X")),
+                "append": attempt(lambda: open(path, "ab").write(b"X")),
+                "truncate": attempt(lambda: os.truncate(path, 0)),
+                "chmod": attempt(lambda: os.chmod(path, 0o4777)),
+                "chown": attempt(lambda: os.chown(path, 0, 0)),
+                "utime": attempt(lambda: os.utime(path, (0, 0))),
+                "xattr": attempt(lambda: os.setxattr(path, "user.tkbox", b"1")),
+                "unlink": attempt(lambda: os.unlink(path)),
+            }
+    return out
+
 def processes(args):
     return {"pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
             "fds": sorted(int(fd) for fd in os.listdir("/proc/self/fd"))}
@@ -192,7 +213,7 @@ def namespaces(args):
             "oom_score_adj": int(open("/proc/self/oom_score_adj").read())}
 
 CHECKS = {f.__name__: f for f in (net, privileged, identity, host, filesystem, leftovers, workspace, processes, limits,
-                                  namespaces)}
+                                  namespaces, base_attacks)}
 
 def run_as_job(wanted, args):
     """As the guest does: keep only the guest's capabilities, then run the checks in a child that became the job
@@ -201,6 +222,7 @@ def run_as_job(wanted, args):
     from guest.agent import become_agent
     from guest.boot import JobUser
     become_agent(JobUser(1000, 1000, "/home/box"))
+    as_guest = {check: CHECKS[check](args) for check in args.get("as_guest", [])}  # in-box root, the guest's caps
     read_end, write_end = os.pipe()
     pid = os.fork()
     if pid == 0:
@@ -223,7 +245,7 @@ def run_as_job(wanted, args):
     with os.fdopen(read_end, "rb") as results:
         data = results.read()
     os.waitpid(pid, 0)
-    return data
+    return json.dumps({**json.loads(data), **({"as_guest": as_guest} if as_guest else {})})
 
 def main():
     wanted, args = json.loads(sys.argv[1]), json.loads(sys.argv[2])
@@ -273,7 +295,8 @@ def tree_digest(root: Path) -> str:
 class BoxLab:
     """Host side of the e2e boxes: directories, the agent socket, and the box's results."""
 
-    def __init__(self, root: Path, backend, uids: tuple[int, int], checkout: Path | None = None) -> None:
+    def __init__(self, root: Path, backend, uids: tuple[int, int], checkout: Path | None = None, *,
+                 link: bool = False) -> None:
         self.root, self.backend, self.count = root, backend, 0
         self.uid, self.job_uid = uids  # the guest's host uid, the job's
         if checkout is None:
@@ -285,7 +308,12 @@ class BoxLab:
         self.layers = root / "layers"  # closed to other users (0700), as the daemon keeps a box's layers
         self.layers.mkdir(mode=0o700)
         self.base = self.layers / "base"
-        self.summary = build_base(checkout, self.base, box_uid=self.job_uid)
+        self.summary = build_base(checkout, self.base, box_uid=self.job_uid, link=link)
+        if link:  # as the daemon does for a real box: the overlay's lower layer is the linked base's idmapped view
+            owner = self.summary["owner"]
+            (self.layers / "view").mkdir()
+            mount_view(self.base, self.layers / "view", owner_uid=owner[0], owner_gid=owner[1], job_uid=self.job_uid)
+            self.base = self.layers / "view"
         self.etc = root / "etc"
         generate_etc(self.etc)
 

@@ -246,18 +246,20 @@ def parse_reported_pid(buffer: bytes) -> tuple[int, int | None] | None:
 
 def drop_other_disks(spec: BoxSpec) -> None:
     """In a launcher's private mount namespace: unmount its copies of the other boxes' disks (every mount below
-    ``spec.disks_root`` but the one holding this box's upper dir). A copy held here would keep a removed box's
-    disk, its loop device and its deleted image alive for as long as this box lives."""
+    ``spec.disks_root`` but the one holding this box's upper dir and this box's own base view, ``box/idmap.py``).
+    A copy held here would keep a removed box's disk, its loop device and its deleted image alive for as long as
+    this box lives."""
     if spec.disks_root is None:
         return
     own = os.fsencode(spec.upper_dir)
+    own_view = os.fsencode(spec.base_dir)
     try:
         mounts = mountinfo.read()
     except (OSError, mountinfo.MountinfoError) as error:  # hygiene, not a wall: say so in box.log and go on
         os.write(2, f"tkbox launcher: other boxes' disks stay in this namespace: {error}\n".encode())
         return
     for point in mountinfo.points_below(mounts, str(spec.disks_root)):
-        if own.startswith(point + b"/"):
+        if own.startswith(point + b"/") or point == own_view:
             continue
         try:
             umount2(point, MNT_DETACH)

@@ -7,13 +7,27 @@ credential file (``tkbox_daemon.rules.is_credential_file``, ignored or not), nev
 
 How: every path is opened relative to directory fds with ``O_NOFOLLOW``, so a symlink planted in the checkout
 is copied as a symlink and never followed, in the checkout or in the copy; a path whose parent is a symlink is
-left out. Regular files keep their exec bits (mode 0755 or 0644); everything in the copy is owned by the box
-uid. Limits on file count and bytes are enforced while copying; a checkout over a limit raises
-``WorkspaceTooLarge`` and leaves no partial copy.
+left out. Limits on file count and bytes are enforced as the base is built; a checkout over a limit raises
+``WorkspaceTooLarge`` and leaves no partial base.
+
+Two ways to build it (``link``):
+
+- **linked** (``link=True``): the directories and symlinks are made new, and each regular file is a *hard link*
+  to the checkout's file (``linkat``, no bytes copied: measured 20,000 files in 0.44-0.59 s here, against 19 s
+  for the copy). The links keep the file's inode, so its owner and mode; what the base makes itself (directories,
+  symlinks, the files it copies) is owned by the checkout's owner, so that one idmapped view (``idmap.py``)
+  shows all of it as the jobs'. A file is copied instead when it cannot be linked: a set-uid or set-gid file
+  (the copy drops the bits, as below), a file on another file system than the base, or a link the file system
+  refuses (``EXDEV``, ``EPERM``, ``EMLINK``). The link is made first and what it links is checked after (so
+  nothing can be swapped in between): anything but a regular file without set-id bits is unlinked again and
+  handled as for a copied base (a symlink recreated, a special file left out, a set-id file copied).
+- **copied** (``link=False``, and the fallback): regular files are copied with their exec bits only (mode 0755 or
+  0644); everything is owned by ``box_uid``.
 """
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import stat
@@ -40,18 +54,22 @@ class WorkspaceTooLarge(WorkspaceError):
 
 
 def build_base(checkout: Path, base_dir: Path, *, box_uid: int | None, max_files: int = DEFAULT_MAX_FILES,
-               max_bytes: int = DEFAULT_MAX_BYTES) -> dict[str, object]:
-    """Copy ``checkout`` into the new directory ``base_dir``; returns
-    ``{"source": "git"|"directory", "files", "symlinks", "bytes", "excluded": [{"path", "reason"}], ...}``.
+               max_bytes: int = DEFAULT_MAX_BYTES, link: bool = False) -> dict[str, object]:
+    """Build the base of ``checkout`` in the new directory ``base_dir`` (linked or copied: see the module
+    docstring); returns ``{"source": "git"|"directory", "method": "link"|"copy", "files", "linked", "symlinks",
+    "bytes", "owner": [uid, gid], "excluded": [{"path", "reason"}], ...}``. ``owner`` is who owns what the base
+    made itself: the checkout's owner when linked, ``box_uid`` when copied.
 
-    ``box_uid`` None leaves the copy owned by the caller (tests that do not run as root).
+    ``box_uid`` None leaves what the base makes owned by the caller (tests that do not run as root).
     """
     checkout_fd = os.open(checkout, _DIR_FLAGS)
     try:
         is_git = _has_entry(checkout_fd, ".git")
+        top = os.fstat(checkout_fd)
         os.mkdir(base_dir, 0o755)
         try:
-            copier = _Copier(checkout_fd, Path(base_dir), box_uid, max_files, max_bytes)
+            owner = None if box_uid is None else (top.st_uid, top.st_gid) if link else (box_uid, box_uid)
+            copier = _Copier(checkout_fd, Path(base_dir), owner, max_files, max_bytes, link=link)
             paths = git_listing(Path(checkout), os.fstat(checkout_fd)) if is_git else _walk(checkout_fd, copier)
             for relative in paths:
                 copier.copy(relative)
@@ -161,13 +179,15 @@ def _open_dirs(root_fd: int, parts: list[str]) -> int:
 class _Copier:
     """Copies one relative path at a time from the checkout into the base, keeping count."""
 
-    def __init__(self, source_fd: int, base_dir: Path, box_uid: int | None, max_files: int, max_bytes: int):
+    def __init__(self, source_fd: int, base_dir: Path, owner: tuple[int, int] | None, max_files: int,
+                 max_bytes: int, *, link: bool = False):
         self.source_fd = source_fd
         self.base_fd = os.open(base_dir, _DIR_FLAGS)
-        self.box_uid = box_uid
+        self.owner = owner
+        self.link = link
         self.max_files = max_files
         self.max_bytes = max_bytes
-        self.files = self.symlinks = self.bytes = 0
+        self.files = self.linked = self.symlinks = self.bytes = 0
         self.excluded: list[dict[str, str]] = []
         self.excluded_count = 0
         self.source_dirs = _DirCache()
@@ -190,6 +210,8 @@ class _Copier:
         if is_credential_file(relative):
             return self.exclude(relative, "credential file")
         parent, name = "/".join(parts[:-1]), parts[-1]
+        if self.link and self._link_file(parent, name):
+            return None
         try:
             source_dir = self.source_dirs.open(self.source_fd, parent)
             info = os.stat(name, dir_fd=source_dir, follow_symlinks=False)
@@ -202,8 +224,8 @@ class _Copier:
             target = os.readlink(name, dir_fd=source_dir)
             out_dir = self._made_dir(parent)
             os.symlink(target, name, dir_fd=out_dir)
-            if self.box_uid is not None:
-                os.chown(name, self.box_uid, self.box_uid, dir_fd=out_dir, follow_symlinks=False)
+            if self.owner is not None:
+                os.chown(name, *self.owner, dir_fd=out_dir, follow_symlinks=False)
             self.symlinks += 1
         elif stat.S_ISREG(info.st_mode):
             self._copy_file(source_dir, name, parent, info)
@@ -218,6 +240,32 @@ class _Copier:
             raise WorkspaceTooLarge(f"checkout has more than {self.max_files} files")
         if self.bytes + size > self.max_bytes:
             raise WorkspaceTooLarge(f"checkout has more than {self.max_bytes} bytes")
+
+    def _link_file(self, parent: str, name: str) -> bool:
+        """Hard-link whatever the checkout has at ``parent/name`` into the base (the link is made first and what it
+        links is checked after, so nothing can be swapped between a check and the link); True when that is a
+        regular file without set-id bits and it stays. Anything else (a symlink, a special file, a set-id file,
+        a file the file system will not link, a path that is not there) is unlinked again and left to the copy
+        path, which copies, recreates or excludes it as for a copied base."""
+        try:
+            source_dir = self.source_dirs.open(self.source_fd, parent)
+        except OSError:
+            return False  # the copy path says why (a symlinked or unreadable directory)
+        out_dir = self._made_dir(parent)
+        try:
+            os.link(name, name, src_dir_fd=source_dir, dst_dir_fd=out_dir, follow_symlinks=False)
+        except OSError as error:
+            if error.errno in (errno.EXDEV, errno.EPERM, errno.EMLINK, errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                return False
+            raise
+        linked = os.stat(name, dir_fd=out_dir, follow_symlinks=False)
+        if not stat.S_ISREG(linked.st_mode) or linked.st_mode & (stat.S_ISUID | stat.S_ISGID):
+            os.unlink(name, dir_fd=out_dir)
+            return False
+        self._count(linked.st_size)
+        self.bytes += linked.st_size
+        self.linked += 1
+        return True
 
     def _copy_file(self, source_dir: int, name: str, parent: str, info: os.stat_result) -> None:
         self._count(info.st_size)
@@ -263,8 +311,8 @@ class _Copier:
         return fd
 
     def _own(self, fd: int) -> None:
-        if self.box_uid is not None:
-            os.fchown(fd, self.box_uid, self.box_uid)
+        if self.owner is not None:
+            os.fchown(fd, *self.owner)
 
     def close(self) -> None:
         for fd in self.made_dirs.values():
@@ -275,5 +323,7 @@ class _Copier:
             os.close(self.source_dirs.fd)
 
     def summary(self, source: str) -> dict[str, object]:
-        return {"source": source, "files": self.files, "symlinks": self.symlinks, "bytes": self.bytes,
+        return {"source": source, "method": "link" if self.link else "copy", "files": self.files,
+                "linked": self.linked, "symlinks": self.symlinks, "bytes": self.bytes,
+                "owner": None if self.owner is None else list(self.owner),
                 "excluded": self.excluded, "excluded_count": self.excluded_count}

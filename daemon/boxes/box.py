@@ -282,6 +282,7 @@ class Box:
         summary = self.layers.prepare(self.settings.workspace, job_uid=self.job_uid,
                                       max_files=self.settings.limit("workspace_files"),
                                       max_bytes=self.settings.limit("workspace_bytes"))
+        layers["base"] = self.layers.lower  # a linked base is seen through its idmapped view
         self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
         return layers
 

@@ -6,7 +6,9 @@
         backend/                root, 0711  the backend's state dir: box.log (0600), mnt/ (the launcher's mount point)
         etc/                    root        the generated /etc of a dir: image (read-only in the box)
         layers/                 root, 0700  the box's layers: no other user of the host gets past this directory
-            base/               jobs' uid   the base copy (the overlay's lower layer, read-only in the box)
+            base/               see below   the base (``box/workspace.py``): linked for a real box, else copied
+            view/               a mount     a real box's base as the box sees it (``box/idmap.py``): idmapped,
+                                            read-only, nosuid, nodev; the overlay's lower layer
             disk.img            root, 0600  the box's file system: box_disk bytes, reserved on the host (box/disk.py)
             disk/               its mount point: nosuid, nodev, noexec, noatime
                 upper/ work/    jobs' uid   the overlay's upper and work dirs: all a box writes to its workspace
@@ -16,23 +18,40 @@ other local user can open it (the directory is root's, 0700), and nobody can run
 mounted nosuid and noexec there). The bit never leaves the box either: the patch records only 100644 and 100755
 (``tkbox_guest.diff``), the host's patch parser refuses any other mode, and apply writes those two.
 
+A real box (one with a disk) gets a **linked** base: hard links to the checkout's files in directories of its
+own, owned by the checkout's owner, seen by the box through ``view/``, where that owner reads as the jobs' uid.
+Where the view cannot be made (a kernel or file system without idmapped mounts) or the checkout is on another
+file system than the layers, the base is **copied** as before, owned by the jobs' uid, and is itself the lower
+layer. The fake test backend's guest works in the base itself, so it always gets a copy: nothing it writes
+reaches a checkout's file.
+
 ``disk_bytes`` None (the fake test backend) keeps upper and work in a plain ``disk/`` directory: nothing bounds
 them. The disk is released (unmounted; its loop device goes with it) once the box has stopped and its patch is
 saved, and deleted with the box; a restarted daemon releases the disks its predecessor left (``recovery.py``).
+The view is unmounted with the disk.
+
+Removal is in two steps: ``remove`` unmounts the disk and the view and moves the box's directory, whole, into
+``<layers root>/.trash/`` (root, 0700; a rename, so it costs the same for any workspace); the layers are deleted
+from there in the background (``layer_reaper.py``), and a restarted daemon deletes whatever is left there.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
+import secrets
 import shutil
 import stat
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from .. import limits
-from ..box import disk
+from ..box import disk, idmap
 from ..box.disk import DiskError, DiskUsage
 from ..box.workspace import build_base
+
+TRASH_DIR = ".trash"  # in the layers root: removed boxes' directories waiting to be deleted (never a box id)
 
 PRIVATE_MODE = 0o700
 DISK_POLL_S = 5.0  # how often a running box's disk is read besides every command's end (a job may write alone)
@@ -61,6 +80,27 @@ class BoxLayers:
     @property
     def base(self) -> Path:
         return self.private / "base"
+
+    @property
+    def view(self) -> Path:
+        return self.private / "view"
+
+    @property
+    def lower(self) -> Path:
+        """The overlay's lower layer as the box mounts it: the view of a linked base, else the base itself."""
+        return self.view if idmap.is_view_of(self.view, self.base) else self.base
+
+    @property
+    def linked_at_file(self) -> Path:
+        return self.private / "linked-at"
+
+    def linked_at(self) -> int | None:
+        """When a linked base was linked (ns since the epoch, taken just before): a lower file modified since then
+        was edited in the checkout (``patch/host.py``); None for a copied base."""
+        try:
+            return int(self.linked_at_file.read_text())
+        except (OSError, ValueError):
+            return None
 
     @property
     def disk_image(self) -> Path:
@@ -102,7 +142,7 @@ class BoxLayers:
         Blocks: run it in a thread. Raises ``DiskError`` and ``workspace.WorkspaceError``."""
         pending, self._pending = self._pending, None
         try:
-            summary = build_base(workspace, self.base, box_uid=job_uid, max_files=max_files, max_bytes=max_bytes)
+            summary = self._build_base(workspace, job_uid, max_files, max_bytes, link=pending is not None)
             self.disk_dir.mkdir(mode=0o755)
             if pending is not None:
                 pending.mount(self.disk_dir)
@@ -113,6 +153,34 @@ class BoxLayers:
         for path in (self.upper, self.work):
             path.mkdir(mode=0o755)
             os.chown(path, job_uid, job_uid)
+        return summary
+
+    def _build_base(self, workspace: Path, job_uid: int, max_files: int, max_bytes: int, *,
+                    link: bool) -> dict[str, object]:
+        """A linked base and its view when ``link`` and this host can (root, one file system, idmapped mounts),
+        else a copied one; the summary says which (``method``) and, after a fallback, why (``fallback``)."""
+        fallback = ""
+        if link and os.geteuid() == 0 and os.stat(workspace).st_dev == os.stat(self.private).st_dev:
+            linked_at = time.time_ns()
+            summary = build_base(workspace, self.base, box_uid=job_uid, max_files=max_files, max_bytes=max_bytes,
+                                 link=True)
+            owner = summary["owner"]
+            assert isinstance(owner, list)
+            self.linked_at_file.write_text(f"{linked_at}\n")
+            self.view.mkdir(mode=0o755)
+            try:  # the last step: a view either is mounted or is not
+                idmap.mount_view(self.base, self.view, owner_uid=owner[0], owner_gid=owner[1], job_uid=job_uid)
+                return summary
+            except OSError as error:  # no idmapped mounts here: the base must be the jobs' own, so a copy
+                fallback = f"the idmapped view could not be made ({error}); the base was copied"
+                shutil.rmtree(self.base)  # unlinks the links only: the checkout's files stay as they are
+                self.view.rmdir()
+                self.linked_at_file.unlink()
+        elif link:
+            fallback = "the checkout is on another file system than the box layers (or not root): copied"
+        summary = build_base(workspace, self.base, box_uid=job_uid, max_files=max_files, max_bytes=max_bytes)
+        if fallback:
+            summary["fallback"] = fallback
         return summary
 
     def has_disk(self) -> bool:
@@ -130,17 +198,36 @@ class BoxLayers:
         if self._pending is not None:
             self._pending.abandon()
             self._pending = None
+        idmap.unmount_view(self.view, self.base)  # the box's mount namespace keeps its own copy while it runs
         try:
             return disk.release(self.disk_dir)
         except FileNotFoundError:
             return False
 
-    def remove(self) -> None:
-        """Release the disk, then delete every layer (the image with them). Blocks: run it in a thread."""
+    def remove(self) -> Path | None:
+        """Release the disk and the view, then move the box's directory into the trash (a rename: instant at any
+        size), where ``layer_reaper.LayerReaper`` deletes it; returns where it went (None: there was none). Blocks
+        briefly (the unmounts): run it in a thread."""
         self.release_disk()
         if disk.is_mounted(self.disk_dir):  # still mounted: deleting would empty the box's disk, not free it
             raise DiskError(f"the box's disk {self.disk_dir} is still mounted; its layers are kept")
-        shutil.rmtree(self.root, ignore_errors=True)
+        if idmap.is_view_of(self.view, self.base):  # deleting through it would fail; the layers wait for the next removal
+            raise DiskError(f"the box's view {self.view} is still mounted; its layers are kept")
+        if not os.path.lexists(self.root):
+            return None
+        trash = trash_dir(self.root.parent)
+        target = trash / f"{self.root.name}.{secrets.token_hex(4)}"
+        os.rename(self.root, target)
+        return target
+
+
+def trash_dir(layers_root: Path) -> Path:
+    """``<layers root>/.trash``, made root's and 0700 if missing (nothing of a removed box is reachable there)."""
+    trash = layers_root / TRASH_DIR
+    with contextlib.suppress(FileExistsError):
+        trash.mkdir(mode=PRIVATE_MODE)
+    _check_private(trash)
+    return trash
 
 
 def _check_private(directory: Path) -> None:

@@ -5,6 +5,10 @@ removal is complete, so a restarted daemon lists every box it knew (``recovery.p
 uids (the guest's and the jobs') in the host-wide uid registry (``box/uids.py``), in the name of this daemon's state
 directory; they are released when the box is removed or fails to start, and a restart releases the claims of a
 creation it cut short and of every box it finds lost.
+
+Removing a box returns once it is gone from the API (stopped, run closed, uids given back, record forgotten) and its
+layers are out of the way (moved to the trash); a ``LayerReaper`` deletes them afterwards, and a restart deletes
+what it left.
 """
 
 from __future__ import annotations
@@ -32,6 +36,7 @@ from ..wire import BoxInfo
 from .box import GUEST_ARGV, Box, BoxOperationError
 from .channels import ChannelError
 from .guest_link import GuestFailure
+from .layer_reaper import LayerReaper
 from .recovery import recover_boxes
 from .registry import BOX_ID, BoxRegistry
 from .settings import SettingsError, parse_settings
@@ -102,7 +107,9 @@ class BoxManager:
         self._claiming = asyncio.Lock()  # one create claims at a time, in one thread (the pair is taken together)
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
         self.etc_dir = install_etc(config.paths.layers_root / "etc")
+        self.layer_reaper = LayerReaper(config.paths.layers_root)
         recover_boxes(self)
+        self.layer_reaper.sweep()  # what an earlier daemon (or this restart's recovery) left in the trash
 
     def _claim_uids(self, box_id: str) -> tuple[int, int]:
         """The guest's host uid and the jobs' (never the same); both or neither."""
@@ -204,9 +211,10 @@ class BoxManager:
         if box.earlier_run is not None and not box.earlier_run.closed:
             box.emit("gap", {"kind": "close_run", "reason": f"run {box.earlier_run.id} stays open: its token was "
                                                             "in an earlier daemon's memory only"})
-        await box.remove()
+        await box.remove()  # its layers moved to the trash, not yet deleted
         self._release_uids(box)
         self.registry.forget(box.id)
+        self.layer_reaper.sweep()
         return box.info()
 
     async def diff(self, ref: str) -> tuple[bytes, list[dict[str, Any]], str]:
@@ -231,6 +239,7 @@ class BoxManager:
         await self.approvals.lose_all("the daemon stopped before anyone answered")
         live = [box for box in self.boxes.values() if box.state not in ("removed",)]
         await asyncio.gather(*(self._shutdown_box(box) for box in live), return_exceptions=True)
+        self.layer_reaper.close()
         self.registry.unlock()
 
     async def _shutdown_box(self, box: Box) -> None:

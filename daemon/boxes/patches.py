@@ -36,7 +36,8 @@ class BoxPatches:
         return compute_patch(self.layers.upper, self.layers.base, out,
                              max_bytes=limits.PATCH_SIZE.default,
                              max_entries=2 * self.settings.limit("workspace_files") + EXTRA_ENTRIES,
-                             deadline=time.monotonic() + limits.PATCH_TIME.default)
+                             deadline=time.monotonic() + limits.PATCH_TIME.default,
+                             linked_at=self.layers.linked_at())
 
     async def live(self) -> tuple[bytes, list[dict[str, Any]]]:
         """The patch as the layers are now (off the event loop). Raises ``PatchError``."""

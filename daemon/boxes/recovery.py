@@ -3,8 +3,8 @@ runs again.
 
 At start the manager loads its registry (``registry.py``) and, for each record:
 
-- a removal that had begun (``removing``, or ``removed``): finished now — layers and channels deleted, uid claims
-  released, record forgotten — and ``box.removed`` says so;
+- a removal that had begun (``removing``, or ``removed``): finished now — layers moved to the trash, channels
+  deleted, uid claims released, record forgotten — and ``box.removed`` says so;
 - ``stopped`` or ``failed``: listed as it was, with its saved patch (in its state dir, as before);
 - ``creating``, ``running``, ``held`` or ``stopping`` — live when the daemon ended, whether it stopped or died —:
   ``lost``, with the reason. The box guards (docs/box-isolation.md) take a box down when its daemon dies; what a
@@ -20,6 +20,9 @@ finished here unmounts before it deletes.
 
 A box's run token lived only in the earlier daemon's memory, so a run that was not closed stays open in the
 signer's log (``run_state`` ``orphaned``): nothing more is recorded into it, and removing the box cannot close it.
+
+The trash (``<layers root>/.trash``: the layers of boxes removed, by this start or before it, whose deletion had not
+finished) is then emptied in the background (``layer_reaper.py``; the manager sweeps it once this is done).
 
 Finally, uid claims that name no box of any registry file are released: the daemon died between claiming a new
 box's uids and writing its record, so no process of that box ever ran (any found is killed all the same). And the
@@ -103,7 +106,7 @@ def _release_disk(manager: BoxManager, layers: BoxLayers, box_id: str) -> None:
 def _finish_removal(manager: BoxManager, record: BoxRecord) -> None:
     end_leftovers(record.id, {record.uid, record.job_uid})
     try:
-        BoxLayers(manager.config.paths.box_layers(record.id)).remove()  # its disk released first
+        BoxLayers(manager.config.paths.box_layers(record.id)).remove()  # disk and view released, then to the trash
     except (DiskError, OSError) as exc:
         manager.events.emit(record.id, "gap", {"kind": "disk", "reason": f"the box's layers could not be deleted: "
                                                                        f"{exc}"})

@@ -15,6 +15,12 @@ same walk and the same git notation as the guest, so both give the same bytes â€
   content read (a sparse file's size counts in full, before any read), and an optional deadline, checked while
   walking and reading so a thread whose caller gave up stops too. Past one: ``PatchLimitExceeded``.
 
+- a linked base (``box/workspace.py``: the lower files are the checkout's own, hard-linked) shows the user's later
+  in-place edits: with ``linked_at`` (when the base was linked, ns), a changed file whose lower side is still
+  linked (more than one link) and was modified at or after that time is a ``PatchError`` naming it, never a
+  patch that would hand the user's own later edit back to them as the box's change. A file the box did not
+  change is not in the patch whatever the user did to it.
+
 The size, the sha256 and the file list are computed from the bytes written here. It blocks: run it in a thread
 (``asyncio.to_thread``), best once the box's processes are gone, so nothing changes under the walk.
 """
@@ -30,7 +36,7 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tkbox_guest import diff
-from tkbox_guest.layers import Budget, DiffError, DiffLimitExceeded
+from tkbox_guest.layers import Budget, DiffError, DiffLimitExceeded, shown
 
 from .. import limits
 from ..fsutil import atomic_writer
@@ -94,10 +100,29 @@ def _file_change(change: diff.Change, entry: dict) -> FileChange:
                       new_size=None if change.new is None else change.new.size)
 
 
+LINK_CLOCK_SLACK_NS = 20_000_000  # file times come from a coarse clock, up to a tick (10 ms at HZ=100) behind: an
+# edit just after linking can carry a time just before it, so anything this close before counts as after
+
+
+def _check_not_edited_in_checkout(lower: Path, change: diff.Change, linked_at: int) -> None:
+    old = change.old
+    if old is None or old.is_link:
+        return
+    try:
+        info = os.lstat(lower / os.fsdecode(old.path))
+    except OSError:
+        return  # gone from the base: the walk has already read it or reports it
+    if info.st_nlink > 1 and info.st_mtime_ns >= linked_at - LINK_CLOCK_SLACK_NS:
+        raise PatchError(f"{shown(old.path)} was changed in the checkout after the box started, and the box "
+                         "changed it too: the box's base is the checkout's own file (linked, not copied), so its "
+                         "change cannot be told apart from yours. Read the box's version with tkbox exec (cat), "
+                         "or keep yours and start a new box")
+
+
 def compute_patch(upper: Path, lower: Path, out: BinaryIO | Path, *, max_bytes: int = limits.PATCH_SIZE.default,
                   max_entries: int = MAX_ENTRIES, max_depth: int = MAX_DEPTH,
                   max_content_bytes: int = MAX_CONTENT_BYTES, deadline: float | None = None,
-                  clock: Callable[[], float] = time.monotonic) -> PatchSummary:
+                  clock: Callable[[], float] = time.monotonic, linked_at: int | None = None) -> PatchSummary:
     """Write the patch that turns ``lower`` into what the box made of it (``upper`` over ``lower``) to ``out``.
 
     ``out``: a binary stream (written as the patch is made; on an error it holds a partial patch the caller must
@@ -114,6 +139,8 @@ def compute_patch(upper: Path, lower: Path, out: BinaryIO | Path, *, max_bytes: 
     try:
         with contextlib.closing(sections), _writer(out) as write:
             for change, pieces, entry in sections:
+                if linked_at is not None:
+                    _check_not_edited_in_checkout(lower, change, linked_at)
                 for piece in pieces:
                     size += len(piece)
                     if size > max_bytes:
