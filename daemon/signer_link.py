@@ -10,12 +10,12 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import uuid
 from collections import deque
 from pathlib import Path
 from typing import Any
 
 from . import strictjson
+from .signer.idempotency import new_request_id as new_request_id  # callers make request ids here
 from .signer.rpc_schema import MAX_LINE_BYTES
 from .tasks import spawn
 
@@ -34,10 +34,6 @@ class SignerCallError(RuntimeError):
 class SignerUnreachable(SignerCallError):
     def __init__(self, message: str) -> None:
         super().__init__("unreachable", message)
-
-
-def new_request_id() -> str:
-    return f"req-{uuid.uuid4().hex}"
 
 
 class AsyncSignerClient:

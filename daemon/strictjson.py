@@ -149,15 +149,25 @@ def canonical(value: Any) -> bytes:
     several times faster; anything else goes through the ``rfc8785`` library.  A test
     checks the two agree on arbitrary values.
     """
+    return canonical_and_compact(value)[0]
+
+
+def canonical_and_compact(value: Any) -> tuple[bytes, bool]:
+    """RFC 8785 bytes of ``value``, and whether they are also its ``compact`` encoding.
+
+    The value is checked once (one walk for floats and out-of-range integers) and encoded
+    once; a caller that needs both forms (a stored record line embeds the event it hashes)
+    reuses the bytes when the flag is true instead of encoding the value a second time.
+    """
     if not _needs_reference_encoder(value):
         try:
             text = _FAST_ENCODER.encode(value)
         except (TypeError, ValueError):
             text = ""
         if text and text.isascii():
-            return text.encode("ascii")
+            return text.encode("ascii"), True
     try:
-        return rfc8785.dumps(value)
+        return rfc8785.dumps(value), False
     except (rfc8785.CanonicalizationError, TypeError, ValueError) as exc:
         raise StrictJSONError(f"cannot canonicalise: {exc}") from None
 

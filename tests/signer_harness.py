@@ -13,6 +13,7 @@ from typing import Any
 
 from tkbox_daemon.policy import load_pack
 from tkbox_daemon.policy.context import signer_context
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_daemon.signer.keys import load_or_create
 from tkbox_daemon.signer.paths import SignerPaths
 from tkbox_daemon.signer.server import SignerServer
@@ -84,7 +85,7 @@ async def running_signer(base: Path, *, clock: Any = None, allowed_uids: Any = N
 
 
 def request_id() -> str:
-    return "req-" + os.urandom(8).hex()
+    return new_request_id()
 
 
 async def register(connection: AsyncConnection, **fields: Any) -> dict[str, str]:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import itertools
 import string
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -102,7 +103,7 @@ class Model:
     ids: itertools.count = field(default_factory=itertools.count)
 
     def request_id(self) -> str:
-        return f"q-{next(self.ids)}"
+        return f"req-{int(time.time() * 1000):012x}{next(self.ids):020x}"
 
     def open_runs(self) -> list[ModelRun]:
         return [run for run in self.runs if not run.closed]

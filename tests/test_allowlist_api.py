@@ -32,7 +32,7 @@ async def _observed(daemon: Any, run_id: str, source: str) -> list[dict[str, Any
     ``_commits`` says whether one is to a given value)."""
     service = daemon.signer.service
     await service.store.drain()
-    records = [service.store.read_record(seq).event for seq in service.book.runs[run_id].seqs]
+    records = [record.event for record in service.run_records(service.book.runs[run_id])]
     return [r["data"] for r in records if r["type"] == "input.observed" and r["data"]["source"] == source]
 
 

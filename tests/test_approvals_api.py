@@ -15,6 +15,7 @@ import pytest
 
 from tests.daemon_harness import make_workspace, running_daemon
 from tkbox_daemon import limits
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_daemon.wire import ApprovalInfo, BoxInfo, RememberedRule
 from tkbox_tui.client import DaemonClient, DaemonError
 
@@ -89,7 +90,7 @@ async def _event(client: DaemonClient, kind: str, after: int = 0, **data: Any) -
 async def _run_records(daemon: Any, run_id: str) -> list[dict[str, Any]]:
     service = daemon.signer.service
     await service.store.drain()
-    return [service.store.read_record(seq).event for seq in service.book.runs[run_id].seqs]
+    return [record.event for record in service.run_records(service.book.runs[run_id])]
 
 
 def _approval_records(records: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,7 +189,7 @@ async def test_a_refused_approval_record_refuses_the_exec_and_stops_the_box_coun
         held_exec = await HeldExec(client, ["touch", str(target)]).start()
         held = await held_exec.until_held()
         connection = await daemon.signer.connect()  # the operator holds the run: the signer refuses an approve
-        await connection.call("hold", request_id="hold-a", run_id=info.run_id, reason="operator looks")
+        await connection.call("hold", request_id=new_request_id(), run_id=info.run_id, reason="operator looks")
         await connection.close()
         with pytest.raises(DaemonError) as refused:
             await _answer(client, held["approval_id"], answer="approve")

@@ -10,6 +10,7 @@ import asyncio
 import pytest
 
 from tests.daemon_harness import make_workspace, run_exec, running_daemon
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_tui.client import DaemonError
 
 HOST_CWD = "/tmp"  # the unisolated test backend runs on the host: no /workspace there
@@ -36,7 +37,8 @@ async def test_create_exec_and_see_the_events(tmp_path):
         assert [b.name for b in listed] == ["t1"] and listed[0].execs_total == 1
         await client.remove_box("t1")  # closing the run waits for the completion recorded in the background
         run = daemon.signer.service.book.runs[info.run_id]
-        assert run.closed and run.pending_decisions == 0 and len(run.decisions) == 1
+        decided = [r for r in daemon.signer.service.run_records(run) if r.type == "policy.decision"]
+        assert run.closed and run.pending_decisions == 0 and len(decided) == 1
 
 
 async def test_a_denied_command_exits_126_with_the_rule_and_never_runs(tmp_path):
@@ -173,12 +175,12 @@ async def test_hold_pauses_the_box_and_quarantine_ends_it(tmp_path):
         info = await _create(client, tmp_path)
         box = daemon.manager.get("t1")
         connection = await daemon.signer.connect()
-        await connection.call("hold", request_id="hold-1", run_id=info.run_id, reason="look")
+        await connection.call("hold", request_id=new_request_id(), run_id=info.run_id, reason="look")
         await box.apply_containment((await box.recorder.containment())["state"])
         assert (await client.box("t1")).state == "held"
         denied = await run_exec(client, "t1", ["echo", "x"], cwd=HOST_CWD)
         assert denied["end"]["type"] == "error" and "held" in denied["end"]["message"]
-        await connection.call("quarantine", request_id="q-1", run_id=info.run_id, reason="incident")
+        await connection.call("quarantine", request_id=new_request_id(), run_id=info.run_id, reason="incident")
         await box.apply_containment((await box.recorder.containment())["state"])
         final = await client.box("t1")
         assert final.state == "failed" and "quarantined" in final.reason
@@ -190,7 +192,7 @@ async def test_an_incident_decision_makes_the_daemon_poll_containment_at_once(tm
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         info = await _create(client, tmp_path)
         connection = await daemon.signer.connect()
-        await connection.call("hold", request_id="hold-2", run_id=info.run_id, reason="operator")
+        await connection.call("hold", request_id=new_request_id(), run_id=info.run_id, reason="operator")
         result = await run_exec(client, "t1", ["pkill", "-f", "tkbox signer"], cwd=HOST_CWD)
         assert result["end"]["type"] == "denied"
         held = await asyncio.wait_for(_next_event(client, "box.held"), 10)

@@ -113,7 +113,7 @@ def test_only_a_program_not_found_ends_127_and_the_message_is_the_guests_word(co
 async def _records(daemon: Any, run_id: str) -> list[dict[str, Any]]:
     service = daemon.signer.service
     await service.store.drain()
-    return [service.store.read_record(seq).event for seq in service.book.runs[run_id].seqs]
+    return [record.event for record in service.run_records(service.book.runs[run_id])]
 
 
 async def test_a_program_not_found_ends_127_recorded_as_the_guests_word(tmp_path):

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tkbox_daemon.evidence.approval_record import ApprovalValueError, parse_value
 from tkbox_daemon.policy import PolicyContext, load_pack
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_daemon.signer.keys import load_or_create
 from tkbox_daemon.signer.paths import SignerPaths
 from tkbox_daemon.signer.service import SignerService
@@ -116,7 +117,7 @@ def signer(tmp_path_factory):  # type: ignore[no-untyped-def]
     store = LogStore(paths.store_dir, keys, durable=False)
     service = SignerService(keys, store, pack)
     loop.run_until_complete(service.start())
-    reply = loop.run_until_complete(service.handle("uid:0", {"method": "register_run", "request_id": "r0",
+    reply = loop.run_until_complete(service.handle("uid:0", {"method": "register_run", "request_id": new_request_id(),
                                                              "agent": {"name": "p"}}))
     yield loop, service, {"run_id": reply["run_id"], "run_token": reply["run_token"]}, set()
     store.close()
@@ -129,7 +130,7 @@ def test_through_the_signer_a_refusal_records_nothing_and_an_answer_one_record(s
     loop, service, run, answered = signer
 
     def call(request: dict[str, Any]) -> dict[str, Any]:
-        return loop.run_until_complete(service.handle("uid:0", {"request_id": "req-" + os.urandom(8).hex(), **run,
+        return loop.run_until_complete(service.handle("uid:0", {"request_id": new_request_id(), **run,
                                                                **request}))
 
     if fresh_ask and isinstance(value, dict) and "decision_id" in value:

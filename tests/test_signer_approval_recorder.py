@@ -36,7 +36,7 @@ async def test_the_answer_is_in_the_run_when_record_approval_returns(tmp_path):
         await box.recorder.record_approval(**answer(asked.decision_id or ""))
         assert signer.service.store.size == size + 1  # recorded by the call itself, nothing left in a queue
         run = signer.service.book.runs[box.recorder.run_id or ""]
-        assert run.decisions[asked.decision_id or ""].answer == "approve"
+        assert run.pending[asked.decision_id or ""].answer == "approve"
         await box.recorder.close("done")
         await box.client.close()
 

@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from tkbox_daemon.policy import PolicyContext, load_pack
 from tkbox_daemon.signer import exports
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_daemon.signer.keys import load_or_create
 from tkbox_daemon.signer.paths import SignerPaths
 from tkbox_daemon.signer.rpc_schema import ERROR_CODES, SchemaError, validate
@@ -43,10 +44,10 @@ def signer(tmp_path_factory):
     loop.run_until_complete(service.start())
     runs = {}
     for name in ("open", "closed"):
-        reply = call({"method": "register_run", "request_id": f"r-{name}", "agent": {"name": "p"}})
+        reply = call({"method": "register_run", "request_id": new_request_id(), "agent": {"name": "p"}})
         runs[name] = reply["run_id"]
         if name == "closed":
-            call({"method": "close_run", "request_id": "c", "run_id": reply["run_id"],
+            call({"method": "close_run", "request_id": new_request_id(), "run_id": reply["run_id"],
                   "run_token": reply["run_token"]})
     opened = call({"method": "export_open", "run_id": runs["closed"]})
     bundle = (paths.store_dir / "exports" / f"{opened['export_id']}.tkb").read_bytes()

@@ -114,13 +114,21 @@ class _Group:
         self.screen_failed = bool(branches) and self.cmd_screen is None
 
     def candidates(self, texts: tuple[str, ...]) -> list[CompiledRule]:
-        cmd_hit = self.screen_failed or (self.cmd_screen is not None and any(
-            self.cmd_screen.search(t) for t in texts))
+        cmd_hit = self.screen_failed or (self.cmd_screen is not None and _found_in(self.cmd_screen, texts))
         out = []
         for plan in self.plans:
-            if (cmd_hit and plan.cmd_branches) or (plan.other is not None and any(plan.other.search(t) for t in texts)):
+            if (cmd_hit and plan.cmd_branches) or (plan.other is not None and _found_in(plan.other, texts)):
                 out.append(plan.rule)
         return out
+
+
+def _found_in(regex: re.Pattern[str], texts: tuple[str, ...]) -> bool:
+    """Whether ``regex`` matches somewhere in any of ``texts`` (a loop: cheaper than any() over a generator)."""
+    search = regex.search
+    for text in texts:
+        if search(text) is not None:
+            return True
+    return False
 
 
 def _plan(pack: PolicyPack) -> dict[str, list[_Group]]:

@@ -361,8 +361,29 @@ def _matching_close(s: str, start: int, width: int, open_char: str = "(", close_
     return -1
 
 
+# A line of plain words separated by blanks (no quoting, expansion, operator, comment or other
+# whitespace), short enough that the token budget cannot run out: most agent commands. Its tree
+# is one command of one-literal words, built without the general parser; a property test holds
+# the two parses equal.
+_SIMPLE_WORD = re.compile(r"[^\s'\"\\$`;&|<>()#][^\s'\"\\$`;&|<>()]*")
+_SIMPLE_LINE = re.compile(rf"[ \t]*(?:{_SIMPLE_WORD.pattern}(?:[ \t]+{_SIMPLE_WORD.pattern})*)?[ \t]*")
+_SIMPLE_MAX = 4096
+
+
+def _parse_simple(text: str) -> Script | None:
+    if len(text) > _SIMPLE_MAX or _SIMPLE_LINE.fullmatch(text) is None:
+        return None
+    words = [Word([Lit(word, False)]) for word in _SIMPLE_WORD.findall(text)]
+    return Script(items=[(Pipeline([Command(words=words)]), "")] if words else [])
+
+
 def parse(text: str) -> Script:
     """Parse ``text``; never raises. Check ``errors`` (unbalanced quotes etc.) and ``truncated``."""
+    simple = _parse_simple(text)
+    return simple if simple is not None else _parse_general(text)
+
+
+def _parse_general(text: str) -> Script:
     state = _State()
     parser = _Parser(text, state)
     try:

@@ -10,6 +10,7 @@ hold across a signer restart.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from ..evidence.approval_record import SOURCE, ApprovalAnswer, ApprovalValueError, parse_value
@@ -25,8 +26,12 @@ class ApprovalRefused(Exception):
         self.message = message
 
 
-def check_approval(run: RunState, trust: str, value: Any) -> ApprovalAnswer:
-    """The answer in ``value`` if the run may record it now; raises ``ApprovalRefused`` otherwise."""
+def check_approval(run: RunState, trust: str, value: Any,
+                   completed_verdict: Callable[[str], str | None]) -> ApprovalAnswer:
+    """The answer in ``value`` if the run may record it now; raises ``ApprovalRefused`` otherwise.
+
+    Only decisions not completed yet are in memory (``run.pending``); ``completed_verdict`` reads any other decision
+    of the run back from the log (its verdict; None if the run has no such decision)."""
     if trust != "trusted":
         raise ApprovalRefused("invalid_request", f"a {SOURCE} observation must be trusted (it is the daemon's own "
                                                  "record of an operator's answer); send trust: trusted")
@@ -34,14 +39,15 @@ def check_approval(run: RunState, trust: str, value: Any) -> ApprovalAnswer:
         answer = parse_value(value)
     except ApprovalValueError as exc:
         raise ApprovalRefused("invalid_request", str(exc)) from None
-    decision = run.decisions.get(answer.decision_id)
-    if decision is None:
+    decision = run.pending.get(answer.decision_id)
+    verdict = decision.verdict if decision is not None else completed_verdict(answer.decision_id)
+    if verdict is None:
         raise ApprovalRefused("unknown_decision", f"no decision {answer.decision_id} in run {run.run_id}; an approval "
                                                   "answers a decision of its own run")
-    if decision.verdict != "ask":
-        raise ApprovalRefused("decision_not_ask", f"decision {answer.decision_id} was decided {decision.verdict}, not "
+    if verdict != "ask":
+        raise ApprovalRefused("decision_not_ask", f"decision {answer.decision_id} was decided {verdict}, not "
                                                   "ask; only an ask decision is answered by an approval")
-    if decision.consumed:
+    if decision is None:
         raise ApprovalRefused("decision_consumed", f"decision {answer.decision_id} was completed already; an approval "
                                                    "must be recorded before its action runs")
     if decision.answer is not None:

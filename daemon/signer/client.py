@@ -8,12 +8,14 @@ from __future__ import annotations
 
 import json
 import socket
-import uuid
 from pathlib import Path
 from typing import Any
 
 from .. import strictjson
+from .idempotency import new_request_id
 from .rpc_schema import MAX_LINE_BYTES
+
+__all__ = ["SignerClient", "SignerError", "SignerUnreachable", "new_request_id"]
 
 
 class SignerError(RuntimeError):
@@ -26,10 +28,6 @@ class SignerError(RuntimeError):
 class SignerUnreachable(SignerError):
     def __init__(self, message: str) -> None:
         super().__init__("unreachable", message)
-
-
-def new_request_id() -> str:
-    return f"req-{uuid.uuid4().hex}"
 
 
 class SignerClient:

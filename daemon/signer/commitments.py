@@ -20,7 +20,7 @@ def digest_of(value: Any) -> tuple[str, int]:
 
 
 def commit_digest(salt: bytes, digest: str) -> str:
-    return "hmac-sha256:" + hmac.new(salt, digest.encode(), "sha256").hexdigest()
+    return "hmac-sha256:" + hmac.digest(salt, digest.encode(), "sha256").hex()
 
 
 def commit(salt: bytes, value: Any) -> dict[str, Any]:

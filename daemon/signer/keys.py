@@ -49,7 +49,7 @@ class SignerKeys:
         return note.vkey_for(self.origin, self.log_key.public_key())
 
     def salt(self, label: str) -> bytes:
-        return hmac.new(self.salt_key, label.encode(), "sha256").digest()
+        return hmac.digest(self.salt_key, label.encode(), "sha256")
 
 
 def _read_or_create_secret(path: Path) -> bytes:

@@ -27,6 +27,7 @@ ERROR_CODES = frozenset(
         "run_exists",
         "run_closed",
         "conflict",          # request_id reused with another payload
+        "request_expired",   # request_id older than the idempotency window: cannot be told from a forgotten retry
         "unknown_decision",
         "decision_consumed",
         "args_mismatch",
@@ -41,6 +42,7 @@ ERROR_CODES = frozenset(
 )
 
 _ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z", re.ASCII)
+REQUEST_ID_PATTERN = re.compile(r"^req-[0-9a-f]{32}\Z", re.ASCII)  # 12 hex digits of Unix ms, then 20 random
 _RUN_ID = re.compile(r"^[A-Za-z0-9._:-]{1,128}\Z", re.ASCII)
 _DIGEST = re.compile(r"^sha256:[0-9a-f]{64}\Z", re.ASCII)
 _DECISION_ID = re.compile(r"^dec-[0-9a-f]{32}\Z", re.ASCII)
@@ -124,7 +126,7 @@ def _host_observation(value: Any) -> bool:
 
 
 RUN_FIELDS: dict[str, Check] = {"run_id": _text(_RUN_ID), "run_token": _bounded_text(MAX_RUN_TOKEN)}
-REQUEST_ID: dict[str, Check] = {"request_id": _text(_ID)}
+REQUEST_ID: dict[str, Check] = {"request_id": _text(REQUEST_ID_PATTERN)}
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,9 @@ def validate(request: dict[str, Any]) -> tuple[str, MethodSchema]:
     for name in fields:
         check = schema.required.get(name) or schema.optional[name]
         if not check(request[name]):
+            if name == "request_id":
+                raise SchemaError(f"{method}: field 'request_id' is invalid: it is 'req-' and 32 lowercase hex "
+                                  "digits, the first 12 the Unix time in milliseconds (new_request_id() makes one)")
             raise SchemaError(f"{method}: field {name!r} is invalid")
     return method, schema
 

@@ -14,6 +14,7 @@ import json
 
 TAG = b"tkbox.run_token.v1\n"
 MAX_TOKEN_LENGTH = 1024
+EXPIRED = "run token has expired; register a new run"
 
 
 class RunTokenError(ValueError):
@@ -37,15 +38,15 @@ def mint(key: bytes, run_id: str, subject: str, expires: int) -> str:
     return f"{_b64(payload)}.{_b64(mac)}"
 
 
-def check(key: bytes, token: str, run_id: str, subject: str, now: int) -> None:
-    """Raise RunTokenError unless ``token`` was minted for this run and caller and is unexpired."""
+def check(key: bytes, token: str, run_id: str, subject: str, now: int) -> int:
+    """Raise RunTokenError unless ``token`` was minted for this run and caller and is unexpired; return its expiry."""
     if not isinstance(token, str) or len(token) > MAX_TOKEN_LENGTH or token.count(".") != 1:
         raise RunTokenError("run token is malformed")
     payload_text, mac_text = token.split(".")
     payload, mac = _unb64(payload_text), _unb64(mac_text)
     if _b64(payload) != payload_text or _b64(mac) != mac_text:
         raise RunTokenError("run token is not canonical base64url")
-    if not hmac.compare_digest(hmac.new(key, TAG + payload, "sha256").digest(), mac):
+    if not hmac.compare_digest(hmac.digest(key, TAG + payload, "sha256"), mac):
         raise RunTokenError("run token was not issued by this signer")
     try:
         claims = json.loads(payload)
@@ -56,4 +57,5 @@ def check(key: bytes, token: str, run_id: str, subject: str, now: int) -> None:
     if claims.get("sub") != subject:
         raise RunTokenError("run token was issued to another caller")
     if not isinstance(claims.get("exp"), int) or claims["exp"] <= now:
-        raise RunTokenError("run token has expired; register a new run")
+        raise RunTokenError(EXPIRED)
+    return int(claims["exp"])

@@ -20,15 +20,16 @@ from typing import Any
 
 from .. import strictjson
 from ..evidence.approval_record import SOURCE as APPROVAL_SOURCE
-from ..evidence.records import SIGNER_RUN_ID, Record, public_raw
+from ..evidence.records import SIGNER_RUN_ID, Record, parse_record, public_raw
 from ..evidence.trust import build_trust
 from ..policy import PolicyPack, evaluate
 from . import commitments, runtoken
 from .approvals import ApprovalRefused, check_approval
 from .exports import ExportRefused, RunExports
+from .idempotency import ReplyWindow, RequestExpired
 from .keys import SignerKeys
 from .rpc_schema import RPC_VERSION, SchemaError, error, validate
-from .state import RunBook, RunState, StoredReply, reply_from_record
+from .state import RUN_INDEX_STRIDE, RunBook, RunState, method_of, reply_from_record
 from .store import LogStore, StoreUnavailable
 
 VERSION = "0.1.0"
@@ -52,17 +53,18 @@ class RequestRefused(Exception):
 class SignerService:
     def __init__(
         self, keys: SignerKeys, store: LogStore, pack: PolicyPack, *, signer_uid: int | None = None,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] = time.time, request_clock: Callable[[], float] = time.time,
     ) -> None:
         self.keys = keys
         self.store = store
         self.pack = pack
-        self.book = RunBook()
+        self.book = RunBook(clock_ms=self._now_ms)
         self.signer_uid = os.getuid() if signer_uid is None else signer_uid
-        self.clock = clock
+        self.clock = clock  # run tokens' expiry
+        self.request_clock = request_clock  # the idempotency window's: the wall clock callers stamp request ids with
         self.recovery: dict[str, Any] = {}
         self.policy_digest = ""
-        self._inflight: dict[tuple[str, str], asyncio.Future[dict[str, Any]]] = {}
+        self._inflight: dict[bytes, tuple[str, str, asyncio.Future[dict[str, Any]]]] = {}
         self.exports = RunExports(store, keys)
         self._handlers: dict[str, Handler] = {
             "hello": self._hello,
@@ -127,17 +129,25 @@ class SignerService:
             return error("invalid_request", str(exc))
         if not schema.state_changing:
             return await self._run_handler(method, identity, request)
-        key = (identity, request["request_id"])
+        request_id = request["request_id"]
+        key = ReplyWindow.key(identity, request_id)
         mac = self._request_mac(request)
-        stored = self.book.replies.get(key)
-        if stored is not None:
-            return self._replay(stored, method, mac, request)
         pending = self._inflight.get(key)
-        if pending is not None:
-            reply = await asyncio.shield(pending)
-            return self._replay(self.book.replies.get(key) or StoredReply(method, mac, reply), method, mac, request)
+        if pending is not None:  # the first one is still being answered: its record may not be durable yet
+            first_method, first_mac, first_reply = pending
+            reply = await asyncio.shield(first_reply)
+            if first_method != method or first_mac != mac:
+                return self._conflict(request_id)
+            return dict(reply)
+        seq = self.book.window.lookup(key)
+        if seq is not None:
+            return self._replay(seq, method, mac, request)
+        try:
+            self.book.window.check_new(request_id, self._now_ms())
+        except RequestExpired as exc:
+            return error("request_expired", str(exc))
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._inflight[key] = future
+        self._inflight[key] = (method, mac, future)
         try:
             reply = await self._run_handler(method, identity, request, mac)
             future.set_result(reply)
@@ -156,20 +166,32 @@ class SignerService:
         except StoreUnavailable as exc:
             return error("unavailable", f"the signer's store cannot record ({exc}); nothing is allowed until it can")
 
-    def _replay(self, stored: StoredReply, method: str, mac: str, request: dict[str, Any]) -> dict[str, Any]:
-        if stored.method != method or stored.request_mac != mac:
-            return error("conflict", f"request_id {request['request_id']!r} was used before with another request")
-        reply = dict(stored.reply)
+    def _now_ms(self) -> int:
+        return int(self.request_clock() * 1000)
+
+    @staticmethod
+    def _conflict(request_id: str) -> dict[str, Any]:
+        return error("conflict", f"request_id {request_id!r} was used before with another request")
+
+    def _replay(self, seq: int, method: str, mac: str, request: dict[str, Any]) -> dict[str, Any]:
+        """The first answer to a retried request, rebuilt from the record it made (read back from the log)."""
+        try:
+            record = self.store.read_record(seq)
+        except StoreUnavailable as exc:
+            return error("unavailable", f"the signer's store cannot read back record {seq} ({exc})")
+        if method_of(record) != method or record.event["data"].get("request_mac", "") != mac:
+            return self._conflict(request["request_id"])
+        reply = reply_from_record(record)
         if method == "register_run":
             owner = self.book.runs[reply["run_id"]].owner
             reply["run_token"] = self._mint(reply["run_id"], owner, reply["token_expires"])
-        if method == "close_run" and "checkpoint_size" not in reply:  # rebuilt from the record, which lacks it
-            reply["checkpoint_size"], _ = self.store.checkpoint()  # any checkpoint now covers the closing record
+        if method == "close_run":  # the record lacks it: any checkpoint now covers the closing record
+            reply["checkpoint_size"], _ = self.store.checkpoint()
         return reply
 
     def _request_mac(self, request: dict[str, Any]) -> str:
         body = {k: v for k, v in request.items() if k != "run_token"}
-        return hmac.new(self.keys.salt_key, b"request:" + strictjson.canonical(body), "sha256").hexdigest()[:32]
+        return hmac.digest(self.keys.salt_key, b"request:" + strictjson.canonical(body), "sha256").hex()[:32]
 
     def _mint(self, run_id: str, owner: str, expires: int) -> str:
         return runtoken.mint(self.keys.run_token_key, run_id, owner, expires)
@@ -178,10 +200,17 @@ class SignerService:
         run = self.book.runs.get(request["run_id"])
         if run is None:
             raise RequestRefused("unknown_run", f"no run {request['run_id']!r} in this signer")
-        try:
-            runtoken.check(self.keys.run_token_key, request["run_token"], run.run_id, identity, int(self.clock()))
-        except runtoken.RunTokenError as exc:
-            raise RequestRefused("run_token_invalid", str(exc)) from None
+        token, now = request["run_token"], int(self.clock())
+        checked = run.checked_token
+        if checked is not None and checked[0] == token and checked[1] == identity:  # verified before: only expiry
+            if checked[2] <= now:
+                raise RequestRefused("run_token_invalid", runtoken.EXPIRED)
+        else:
+            try:
+                expires = runtoken.check(self.keys.run_token_key, token, run.run_id, identity, now)
+            except runtoken.RunTokenError as exc:
+                raise RequestRefused("run_token_invalid", str(exc)) from None
+            run.checked_token = (token, identity, expires)
         if open_only and run.closed:
             raise RequestRefused("run_closed", f"run {run.run_id!r} is closed; register a new run")
         return run
@@ -257,7 +286,8 @@ class SignerService:
             raise RequestRefused("quota_exceeded", "too many decisions without a completion in this run")
         tool, args = request["tool"], request["args"]
         verdict = evaluate(self.pack, tool, args)
-        decision_id = f"dec-{secrets.token_hex(16)}"
+        # its log seq in the id: once completed it leaves memory, and is found again on disk (_completed_verdict)
+        decision_id = f"dec-{self.store.size:016x}{secrets.token_hex(8)}"
         data: dict[str, Any] = {
             "decision_id": decision_id,
             "tool": tool,
@@ -283,11 +313,11 @@ class SignerService:
         run = self._run_for(identity, request, open_only=False)
         self._ensure_writable()
         decision_id = request["decision_id"]
-        decision = run.decisions.get(decision_id)
+        decision = run.pending.get(decision_id)
         if decision is None:
+            if self._completed_verdict(run, decision_id) is not None:
+                raise RequestRefused("decision_consumed", f"decision {decision_id} was completed already")
             raise RequestRefused("unknown_decision", f"no decision {decision_id} in run {run.run_id}")
-        if decision.consumed:
-            raise RequestRefused("decision_consumed", f"decision {decision_id} was completed already")
         salt = self.keys.salt(decision_id)
         if "args_digest" in request and not hmac.compare_digest(
             commitments.commit_digest(salt, request["args_digest"]), decision.args_commitment
@@ -314,7 +344,8 @@ class SignerService:
         plain: dict[str, str] = {}
         if request["source"] == APPROVAL_SOURCE:  # an answer to an ask: checked, and which one kept in plain
             try:
-                plain = check_approval(run, request["trust"], request["value"]).plain()
+                plain = check_approval(run, request["trust"], request["value"],
+                                       lambda decision_id: self._completed_verdict(run, decision_id)).plain()
             except ApprovalRefused as refused:
                 raise RequestRefused(refused.code, refused.message) from None
         salt_id = secrets.token_hex(16)
@@ -369,10 +400,39 @@ class SignerService:
         start = request.get("from_seq", 0)
         limit = request.get("limit", 100)
         await self.store.drain()
-        seqs = run.seqs[start:start + limit]
-        records = [self.store.read_record(seq) for seq in seqs]
+        records = self.run_records(run, start, min(limit, run.records - start))
         events = [{"run_seq": r.run_seq, "type": r.type, "hash": r.hash, "event": r.event} for r in records]
         return {"records": events, "next_seq": start + len(events)}
+
+    def run_records(self, run: RunState, start: int = 0, count: int | None = None) -> list[Record]:
+        """``count`` (default: all) durable records of ``run`` from its ``start``-th, read back from the log
+        (scanning from the run's nearest index mark)."""
+        records: list[Record] = []
+        count = run.records - start if count is None else count
+        if count <= 0:
+            return records
+        needle = strictjson.canonical(run.run_id)
+        for _seq, line in self.store.durable_lines(run.seq_marks[start // RUN_INDEX_STRIDE]):
+            if needle not in line:
+                continue
+            record = parse_record(line)
+            if record.run_id == run.run_id and record.run_seq >= start:
+                records.append(record)
+                if len(records) == count:
+                    break
+        return records
+
+    def _completed_verdict(self, run: RunState, decision_id: str) -> str | None:
+        """The verdict of ``decision_id`` if it is a durable decision of ``run`` not pending any more (so completed),
+        read back from the log (its seq is in the id); None if the run has no such decision."""
+        seq = int(decision_id[4:20], 16)
+        if decision_id in run.pending or seq >= self.store.durable_tree.size:
+            return None
+        record = self.store.read_record(seq)
+        data = record.event["data"]
+        if record.run_id != run.run_id or record.type != "policy.decision" or data["decision_id"] != decision_id:
+            return None
+        return str(data["verdict"])
 
     async def _preview(self, identity: str, request: dict[str, Any]) -> dict[str, Any]:
         """The policy's verdict for ``tool`` and ``args``, recording nothing (a dry run shows it; the action

@@ -1,7 +1,13 @@
-"""What the signer knows about runs, rebuilt from the log at start: owners, decisions, containment, replies.
+"""What the signer knows about runs, rebuilt from the log at start: owners, pending decisions, containment.
 
 Everything here is derived from records, so a restart loses nothing: ``RunBook.apply``
-is called for every record replayed from disk and for every record appended.
+is called for every record replayed from disk and for every record appended.  Only
+what deciding needs stays in memory, so it does not grow with the number of records:
+per run its owner and state, its decisions not completed yet (at most
+``MAX_PENDING_DECISIONS_PER_RUN``), the approval ids it answered and a sparse index of
+where its records are; plus the bounded idempotency window (``idempotency.py``).  What
+is needed later (a completed decision, a retry's reply, ``read``) is read back from the
+log on disk.
 """
 
 from __future__ import annotations
@@ -11,15 +17,18 @@ from typing import Any
 
 from ..evidence import approval_record
 from ..evidence.records import SIGNER_RUN_ID, Record
+from .idempotency import ReplyWindow
 
 CONTAINMENT_STATES = ("active", "held", "quarantined")
+RUN_INDEX_STRIDE = 256  # a run keeps the log seq of every 256th of its records, for ``read``
 
 
-@dataclass
+@dataclass(slots=True)
 class DecisionState:
+    """A decision not completed yet: what its completion and its approval are checked against."""
+
     args_commitment: str
     verdict: str
-    consumed: bool = False
     answer: str | None = None  # the tkbox.approval answer to an ask decision, once recorded
 
 
@@ -34,17 +43,14 @@ class RunState:
     containment_reason: str = ""
     containment_seq: int | None = None
     records: int = 0
-    seqs: list[int] = field(default_factory=list)
-    decisions: dict[str, DecisionState] = field(default_factory=dict)
-    pending_decisions: int = 0  # decided but not completed
+    seq_marks: list[int] = field(default_factory=list)  # log seq of run record i * RUN_INDEX_STRIDE
+    pending: dict[str, DecisionState] = field(default_factory=dict)  # decided, not completed
     approval_ids: set[str] = field(default_factory=set)  # every approval id answered in this run
+    checked_token: tuple[str, str, int] | None = None  # the last run token verified: (token, caller, its expiry)
 
-
-@dataclass
-class StoredReply:
-    method: str
-    request_mac: str
-    reply: dict[str, Any]
+    @property
+    def pending_decisions(self) -> int:
+        return len(self.pending)
 
 
 TYPE_TO_METHOD = {
@@ -56,38 +62,44 @@ TYPE_TO_METHOD = {
 }
 
 
-class RunBook:
-    """Runs by id plus the idempotency table, kept current record by record."""
+def method_of(record: Record) -> str | None:
+    """The state-changing method that made ``record`` (None for the signer's own records)."""
+    kind = record.event["type"]
+    if kind == "containment.changed":
+        return record.event["data"].get("method")
+    return TYPE_TO_METHOD.get(kind)
 
-    def __init__(self) -> None:
+
+class RunBook:
+    """Runs by id plus the idempotency window, kept current record by record."""
+
+    def __init__(self, clock_ms: Any = None) -> None:
         self.runs: dict[str, RunState] = {}
-        self.replies: dict[tuple[str, str], StoredReply] = {}
+        self.window = ReplyWindow()
+        self.clock_ms = clock_ms
 
     def apply(self, record: Record) -> None:
         event = record.event
-        data = event["data"]
         if record.run_id == SIGNER_RUN_ID:
             return
+        data = event["data"]
         kind = event["type"]
         if kind == "run.registered":
             self.runs[record.run_id] = RunState(record.run_id, event["identity"], data.get("token_expires", 0))
         run = self.runs.get(record.run_id)
         if run is None:
             return
+        if run.records % RUN_INDEX_STRIDE == 0:
+            run.seq_marks.append(record.seq)
         run.records += 1
-        run.seqs.append(record.seq)
         if kind == "policy.decision":
-            run.decisions[data["decision_id"]] = DecisionState(data["args"]["hash"], data["verdict"])
-            run.pending_decisions += 1
+            run.pending[data["decision_id"]] = DecisionState(data["args"]["hash"], data["verdict"])
         elif kind == "tool.result":
-            decision = run.decisions.get(data["decision_id"])
-            if decision is not None and not decision.consumed:
-                decision.consumed = True
-                run.pending_decisions -= 1
+            run.pending.pop(data["decision_id"], None)
         elif kind == "input.observed" and data.get("source") == approval_record.SOURCE and "answer" in data:
             # an answer to an ask (one without the plain fields, which the signer never records, answers nothing)
             run.approval_ids.add(data["approval_id"])
-            answered = run.decisions.get(data["decision_id"])
+            answered = run.pending.get(data["decision_id"])
             if answered is not None:
                 answered.answer = data["answer"]
         elif kind == "containment.changed":
@@ -98,11 +110,9 @@ class RunBook:
             run.closed = True
             run.closed_seq = record.seq
         request_id = event.get("request_id")
-        method = TYPE_TO_METHOD.get(kind) or (data.get("method") if kind == "containment.changed" else None)
-        if request_id and method:
-            self.replies[(event["identity"], request_id)] = StoredReply(
-                method, data.get("request_mac", ""), reply_from_record(record)
-            )
+        if request_id and method_of(record):
+            now_ms = self.clock_ms() if self.clock_ms is not None else 0
+            self.window.remember(ReplyWindow.key(event["identity"], request_id), request_id, record.seq, now_ms)
 
     def open_runs_of(self, identity: str) -> int:
         return sum(1 for run in self.runs.values() if run.owner == identity and not run.closed)

@@ -13,7 +13,7 @@ import asyncio
 import hashlib
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -32,6 +32,7 @@ POLICY_DIR = "policies"
 CHECKPOINTS_KEPT = 8
 SIGNATURES_CHECKED_AT_START = 1000
 READ_CHUNK = 1 << 20
+INDEX_STRIDE = 256  # the file offset of every 256th record is kept: reading one back scans at most 255 before it
 
 
 class StoreUnavailable(RuntimeError):
@@ -62,7 +63,7 @@ class LogStore:
         self._fd: int | None = None
         self._offset = 0
         self._next_offset = 0
-        self.positions: list[tuple[int, int]] = []  # (file offset, length) of every record, by seq
+        self.marks: list[int] = []  # file offset of record seq i * INDEX_STRIDE (not one entry per record)
         self._pending: list[tuple[Record, asyncio.Future[None]]] = []
         self._flushing = False
         self._idle = asyncio.Event()
@@ -81,47 +82,59 @@ class LogStore:
                 self._fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
             except OSError:
                 return Recovery(records=0)
-        data = self._read_all()
-        records, good_offset = self._replay(data, on_record)
+        size = os.fstat(self._fd).st_size
+        records, good_offset = self._replay(self._count_complete_lines(), on_record)
         recovery = Recovery(records=records)
-        if good_offset < len(data) and self.error is None:
-            recovery = self._set_aside_tail(data[good_offset:], good_offset, records)
+        if good_offset < size and self.error is None:
+            recovery = self._set_aside_tail(os.pread(self._fd, size - good_offset, good_offset), good_offset, records)
         self._offset = self._next_offset = good_offset
         os.lseek(self._fd, good_offset, os.SEEK_SET)
         return recovery
 
-    def _read_all(self) -> bytes:
+    def _count_complete_lines(self) -> int:
+        """Newline-ended lines in the log (the part after the last newline is empty or torn), read in chunks."""
         assert self._fd is not None
-        chunks = []
-        os.lseek(self._fd, 0, os.SEEK_SET)
-        while chunk := os.read(self._fd, READ_CHUNK):
-            chunks.append(chunk)
-        return b"".join(chunks)
+        count = offset = 0
+        while chunk := os.pread(self._fd, READ_CHUNK, offset):
+            count += chunk.count(b"\n")
+            offset += len(chunk)
+        return count
 
-    def _replay(self, data: bytes, on_record: Callable[[Record], None]) -> tuple[int, int]:
-        lines = data.split(b"\n")
-        complete = lines[:-1]  # the part after the last newline is empty or torn
+    def _complete_lines(self, count: int) -> Iterator[bytes]:
+        """The first ``count`` lines of the log without their newlines, read in chunks (memory: one chunk + a line)."""
+        assert self._fd is not None
+        offset, buffer = 0, b""
+        while count and (chunk := os.pread(self._fd, READ_CHUNK, offset)):
+            offset += len(chunk)
+            lines = (buffer + chunk).split(b"\n")
+            buffer = lines.pop()
+            yield from lines[:count]
+            count -= min(count, len(lines))
+
+    def _replay(self, complete: int, on_record: Callable[[Record], None]) -> tuple[int, int]:
+        """Replay the log's ``complete`` lines, streaming; (records replayed, offset of the first one not replayed)."""
         offset = 0
-        verify_from = max(0, len(complete) - SIGNATURES_CHECKED_AT_START)
+        verify_from = max(0, complete - SIGNATURES_CHECKED_AT_START)
         public = self.keys.record_key.public_key()
-        for index, line in enumerate(complete):
+        for index, line in enumerate(self._complete_lines(complete)):
             try:
                 record = parse_record(line)
                 if index >= verify_from:
                     verify_record(record, public, self.writer.kid)
                 self.writer.advance(record)
             except (RecordError, ValueError) as exc:
-                if index == len(complete) - 1:
+                if index == complete - 1:
                     return index, offset  # a damaged last line is a torn tail
                 raise StoreCorrupt(
                     f"record {index} of {self.store_dir / LOG_NAME} is damaged ({exc}); "
                     "the log cannot be extended safely: move the store aside and export what verifies"
                 ) from None
             self.durable_tree.append(record.leaf())
-            self.positions.append((offset, len(line) + 1))
+            if index % INDEX_STRIDE == 0:
+                self.marks.append(offset)
             on_record(record)
             offset += len(line) + 1
-        return len(complete), offset
+        return complete, offset
 
     def _set_aside_tail(self, tail: bytes, offset: int, records: int) -> Recovery:
         assert self._fd is not None
@@ -150,8 +163,9 @@ class LogStore:
         if self.error is not None or self._fd is None:
             raise StoreUnavailable(self.error or "store is not open")
         record = self.writer.build(run_id, event_type, data, identity=identity, request_id=request_id)
+        if record.seq % INDEX_STRIDE == 0:
+            self.marks.append(self._next_offset)
         self.writer.advance(record)
-        self.positions.append((self._next_offset, len(record.line)))
         self._next_offset += len(record.line)
         future: asyncio.Future[None] = asyncio.get_running_loop().create_future()
         self._pending.append((record, future))
@@ -213,11 +227,32 @@ class LogStore:
 
     def read_record(self, seq: int) -> Record:
         """Read back one durable record by its position in the log."""
-        assert self._fd is not None
         if seq >= self.durable_tree.size:
             raise StoreUnavailable(f"record {seq} is not durable yet")
-        offset, length = self.positions[seq]
-        return parse_record(os.pread(self._fd, length, offset))
+        for line_seq, line in self.durable_lines(seq):
+            if line_seq == seq:
+                return parse_record(line)
+        raise StoreUnavailable(f"record {seq} is missing from the log")
+
+    def durable_lines(self, first_seq: int) -> Iterator[tuple[int, bytes]]:
+        """(seq, line) of the durable records from the nearest index mark at or before ``first_seq`` on."""
+        assert self._fd is not None
+        seq = first_seq - first_seq % INDEX_STRIDE
+        offset, end_seq = self.marks[seq // INDEX_STRIDE], self.durable_tree.size
+        buffer = b""
+        while seq < end_seq:
+            chunk = os.pread(self._fd, READ_CHUNK // 16, offset)
+            if not chunk:
+                return
+            offset += len(chunk)
+            buffer += chunk
+            start = 0
+            while seq < end_seq and (newline := buffer.find(b"\n", start)) >= 0:
+                if seq >= first_seq:
+                    yield seq, buffer[start:newline + 1]
+                seq += 1
+                start = newline + 1
+            buffer = buffer[start:]
 
     async def drain(self) -> None:
         """Wait until every submitted record is durable (or the store failed)."""
