@@ -11,13 +11,13 @@ import os
 import re
 import signal
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from e2e.daemon_process import daemon_process
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.bundle_records import record_events
 
 pytestmark = pytest.mark.e2e
 
@@ -48,9 +48,7 @@ def make_checkout(base: Path) -> Path:
 
 def bundle_records(bundle: Path) -> list[dict]:
     """The run's records in the bundle (each record's event: type and data)."""
-    with zipfile.ZipFile(bundle) as archive:
-        lines = archive.read("records/run.jsonl").splitlines()
-    return [json.loads(line)["event"] for line in lines]
+    return record_events(bundle)
 
 
 def tree(root: Path) -> dict[str, tuple[str, bytes]]:

@@ -18,9 +18,8 @@ import pytest
 
 from e2e.daemon_process import daemon_process, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.bundle_records import record_lines
 from tkbox_daemon import strictjson
-from tkbox_daemon.evidence.bundle import RUN_RECORDS
-from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip
 from tkbox_daemon.wire import ApprovalInfo, Event
 from tkbox_tui.client import DaemonClient, DaemonError
 
@@ -93,7 +92,7 @@ def _exported(run_id: str, tmp_path: Path) -> list[dict[str, Any]]:
     tkbox("signer", "export", "--run", run_id, "-o", str(bundle))
     tkbox("signer", "trust", "-o", str(trust))
     assert "Integrity: VERIFIED." in tkbox("verify", str(bundle), "--trust", str(trust)).stdout
-    lines = read_zip(bundle, DEFAULT_LIMITS)[RUN_RECORDS].splitlines()
+    lines = record_lines(bundle)
     return [strictjson.loads_object(line, max_bytes=1 << 20)["event"] for line in lines]
 
 

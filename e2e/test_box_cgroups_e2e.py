@@ -29,6 +29,7 @@ from box_lab import BOUND_S, BOX_PYTHON, UID_REGISTRY, BoxLab, require_backend
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.bundle_records import record_lines
 from tkbox_daemon.box import cgroups
 from tkbox_daemon.box.backend import BoxLimits
 from tkbox_daemon.box.bwrap import BwrapBackend
@@ -38,8 +39,6 @@ from tkbox_daemon.box.cgroups_v2_tree import V2Host
 from tkbox_daemon.box.handle import process_state
 from tkbox_daemon.box.nslauncher import NsBackend
 from tkbox_daemon.box.uids import UidAllocator
-from tkbox_daemon.evidence.bundle import RUN_RECORDS
-from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip
 from tkbox_daemon.signer.client import SignerClient, new_request_id
 from tkbox_daemon.signer.paths import SignerPaths
 
@@ -482,7 +481,7 @@ def test_a_daemons_box_gets_cpu_and_memory_plus_swap_limits_its_oom_kill_is_reco
         assert oom["data"]["limit"] == "box_memory" and "box_memory" in oom["data"]["reason"]
         bundle = tmp_path / "cg.tkb"
         tkbox("export", "cg", "-o", str(bundle))
-        lines = read_zip(bundle, DEFAULT_LIMITS)[RUN_RECORDS].splitlines()
+        lines = record_lines(bundle)
         observed = [record["event"]["data"] for record in map(json.loads, lines)
                     if record["event"]["type"] == "input.observed"]
         assert [(item["source"], item["trust"], item["must_keep"]) for item in observed

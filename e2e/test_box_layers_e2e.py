@@ -19,13 +19,13 @@ import select
 import signal
 import stat
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.bundle_records import record_events
 from tkbox_daemon.box import mountinfo
 from tkbox_daemon.config import DaemonPaths
 from tkbox_daemon.signer.paths import SignerPaths
@@ -191,8 +191,7 @@ def test_a_setuid_file_made_in_a_box_is_no_door_for_other_users_and_never_leaves
 
 
 def _records(bundle: Path) -> list[dict]:
-    with zipfile.ZipFile(bundle) as archive:
-        return [json.loads(line)["event"] for line in archive.read("records/run.jsonl").splitlines()]
+    return record_events(bundle)
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "ns"])

@@ -5,15 +5,13 @@ box's run and the console's verifier says VERIFIED."""
 
 from __future__ import annotations
 
-import json
-import zipfile
-
 import pytest
 from textual import events
 
 from e2e.console_pilot import until
 from e2e.daemon_process import make_checkout
 from e2e.signer_process import tkbox
+from tests.bundle_records import record_events
 from tests.console_fakes import quiet_settings
 from tkbox_tui.client import DaemonClient
 from tkbox_tui.console.app import make_app
@@ -82,8 +80,7 @@ async def test_review_leaves_one_file_out_applies_the_rest_then_export_and_verif
         assert report.stage == "done" and report.result is not None and report.result.verified, report.problem
     bundles = list(tmp_path.glob("work-*.tkb"))
     assert len(bundles) == 1
-    with zipfile.ZipFile(bundles[0]) as archive:
-        records = [json.loads(line)["event"] for line in archive.read("records/run.jsonl").splitlines()]
+    records = record_events(bundles[0])
     writes = [r["data"] for r in records if r["type"] == "policy.decision" and r["data"]["tool"] == "Write"]
     assert len(writes) == 2  # the declined file is not decided: it is in the apply's record as declined
     assert any(r["type"] == "input.observed" and r["data"].get("source") == "tkbox.apply" for r in records)

@@ -13,7 +13,6 @@ from __future__ import annotations
 import json
 import re
 import subprocess
-import zipfile
 from pathlib import Path
 
 import pytest
@@ -21,6 +20,7 @@ import pytest
 from e2e.daemon_process import make_checkout
 from e2e.netlab import ECHO_PORT, netlab
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tests.bundle_records import record_events
 
 pytestmark = pytest.mark.e2e
 WAIT = 60
@@ -179,8 +179,7 @@ def test_blocking_a_host_takes_effect_on_the_next_connection_and_the_run_holds_t
     bundle = tmp_path / "net.tkb"
     tkbox("export", "net", "-o", str(bundle))
     assert "Integrity: VERIFIED" in tkbox("verify", str(bundle), "--trust", str(tmp_path / "net.trust.json")).stdout
-    with zipfile.ZipFile(bundle) as archive:
-        records = [json.loads(line)["event"] for line in archive.read("records/run.jsonl").splitlines()]
+    records = record_events(bundle)
     fetches = [r for r in records if r["type"] == "policy.decision" and r["data"]["tool"] == "WebFetch"]
     assert fetches and all(r["data"]["tool_class"] == "http" for r in fetches)
 

@@ -20,8 +20,7 @@ import pytest
 from e2e.daemon_process import daemon_process, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tkbox_daemon import strictjson
-from tkbox_daemon.evidence.bundle import RUN_RECORDS
-from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip
+from tkbox_daemon.evidence.verify_stream_layout import run_record_lines
 
 pytestmark = pytest.mark.e2e
 
@@ -34,7 +33,7 @@ def signer():
 
 
 def _records(bundle: Path) -> list[dict[str, Any]]:
-    lines = read_zip(bundle, DEFAULT_LIMITS)[RUN_RECORDS].splitlines()
+    lines = run_record_lines(bundle)
     return [strictjson.loads_object(line, max_bytes=1 << 20)["event"] for line in lines]
 
 

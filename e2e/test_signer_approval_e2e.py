@@ -10,10 +10,9 @@ from typing import Any
 import pytest
 
 from e2e.signer_process import tkbox, tkbox_json
+from tests.bundle_records import record_lines
 from tkbox_daemon import strictjson
 from tkbox_daemon.boxes.recorder import RunRecorder
-from tkbox_daemon.evidence.bundle import RUN_RECORDS
-from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip
 from tkbox_daemon.signer.paths import SignerPaths
 from tkbox_daemon.signer_link import AsyncSignerClient, SignerCallError
 
@@ -58,7 +57,7 @@ def export_and_verify(run_id: str, tmp_path: Path) -> list[dict[str, Any]]:
     verified = tkbox("verify", str(bundle), "--trust", str(trust))
     assert "Integrity: VERIFIED." in verified.stdout
     assert "[PASS] approvals" in verified.stdout
-    lines = read_zip(bundle, DEFAULT_LIMITS)[RUN_RECORDS].splitlines()
+    lines = record_lines(bundle)
     return [strictjson.loads_object(line, max_bytes=1 << 20)["event"] for line in lines]
 
 

@@ -15,8 +15,9 @@ from tkbox_daemon import limits
 from tkbox_daemon.boxes import run_export
 from tkbox_daemon.evidence.trust import write_trust
 from tkbox_daemon.evidence.verify import verify_bundle
-from tkbox_daemon.evidence.zipread import read_zip
+from tkbox_daemon.evidence.verify_stream_layout import run_record_lines
 from tkbox_daemon.signer.exports import RunExports
+from tkbox_daemon.signer.idempotency import new_request_id
 from tkbox_daemon.signer.rpc_schema import error
 from tkbox_tui.client import DaemonError
 
@@ -45,7 +46,7 @@ async def _refusal(client, ref="t1") -> DaemonError:
 def _run_records(bundle: bytes, tmp_path) -> list[dict]:
     path = tmp_path / "read.tkb"
     path.write_bytes(bundle)
-    return [json.loads(line)["event"] for line in read_zip(path)["records/run.jsonl"].splitlines()]
+    return [json.loads(line)["event"] for line in run_record_lines(path)]
 
 
 async def test_a_stopped_box_exports_a_bundle_that_verifies_and_holds_the_exec(tmp_path):
@@ -209,7 +210,7 @@ async def test_a_failed_box_and_a_quarantined_box_close_their_runs(tmp_path):
         await daemon.manager.get("failed").fail("the guest broke the protocol")
         quarantined = await _create(client, tmp_path, "quarantined")
         connection = await daemon.signer.connect()
-        await connection.call("quarantine", request_id="q-1", run_id=quarantined.run_id, reason="incident")
+        await connection.call("quarantine", request_id=new_request_id(), run_id=quarantined.run_id, reason="incident")
         await daemon.manager.get("quarantined").apply_containment("quarantined")
         await connection.close()
         for info in (failed, quarantined):

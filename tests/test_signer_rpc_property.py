@@ -27,12 +27,11 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from tests.bundle_records import record_lines
 from tests.signer_rpc_steps import ACCEPT, ANY, Model, ModelDecision, ModelRun, Step, draw_step
 from tkbox_daemon import strictjson
-from tkbox_daemon.evidence.bundle import RUN_RECORDS
 from tkbox_daemon.evidence.trust import parse_trust_document
 from tkbox_daemon.evidence.verify import verify_bundle
-from tkbox_daemon.evidence.zipread import DEFAULT_LIMITS, read_zip
 from tkbox_daemon.policy import PolicyContext, PolicyPack, evaluate, load_pack
 from tkbox_daemon.signer import commitments
 from tkbox_daemon.signer.keys import SignerKeys, load_or_create
@@ -255,7 +254,7 @@ def _check_export_verifies(signer: SignerUnderTest, run: ModelRun) -> None:
     trust, _ = signer.call(OWNER, {"method": "trust"})
     report = verify_bundle(path, parse_trust_document(trust["trust"]))
     assert report.integrity == "VERIFIED" and report.exit_code == 0, report.render_text()
-    lines = read_zip(path, DEFAULT_LIMITS)[RUN_RECORDS].splitlines()
+    lines = record_lines(path)
     assert [strictjson.loads_object(line, max_bytes=1 << 20)["event"] for line in lines] == run.events
     path.unlink()
 

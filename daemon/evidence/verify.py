@@ -7,7 +7,9 @@ file or bundle).  Checks run in the order of ``verify_report.CHECK_NAMES``; the
 per-record work (parsing, hashing, Ed25519) runs in a process pool for large bundles
 (``verify_pool``) while this process parses the proofs, checks the manifest and the
 checkpoint, proves each chunk's inclusion as it comes back, and takes chunks itself when
-it has nothing else to do.
+it has nothing else to do.  That is for ``tkbox.bundle.v1`` bundles, read whole; a
+``tkbox.bundle.v2`` bundle (what exporters write) is verified in one pass with bounded
+memory by ``verify_stream``, with the same checks and report.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from collections.abc import Sequence
 from operator import itemgetter
 
 from .bundle import KEY_RECORDS, PROOFS, RUN_RECORDS
+from .bundle_stream import BUNDLE_FORMAT_V2
 from .trust import Trust, TrustError, load_trust
 from .verify_approvals import check_approvals
 from .verify_chain import (
@@ -45,6 +48,8 @@ from .verify_inclusion import ProofsError, parse_proofs
 from .verify_pool import PARALLEL_MIN_RECORDS, RecordCheck
 from .verify_records import RecordFacts
 from .verify_report import EXIT_UNUSABLE, CheckResult, VerifyReport, conclude, passed, unusable
+from .verify_stream import verify_v2
+from .verify_stream_layout import peek_format
 from .zipread import DEFAULT_LIMITS, ZipLimits, ZipRefused, read_zip
 
 _LINE_NO = itemgetter(0)  # RecordFacts.line_no
@@ -87,6 +92,10 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
         except TrustError as exc:
             return unusable(checks, "trust", str(exc))
     checks.append(passed("trust", trust.summary()))
+    found = peek_format(path)
+    if found == BUNDLE_FORMAT_V2 or (found is None and _size_of(path) > limits.max_total_bytes):
+        # streamed, in bounded memory (a damaged file too big for v1 gets the streaming reader's reason)
+        return verify_v2(path, trust, checks, parallel_min=parallel_min, workers=workers)
 
     try:
         entries = read_zip(path, limits)
@@ -128,6 +137,13 @@ def _verify(path: str | os.PathLike[str], trust_source: Trust | str | os.PathLik
         return conclude(checks, assurance_of(evidence), count_run(evidence.run_facts))
     finally:
         record_check.close()  # the workers have been exiting meanwhile
+
+
+def _size_of(path: str | os.PathLike[str]) -> int:
+    try:
+        return os.stat(path).st_size
+    except OSError:
+        return 0
 
 
 class _UsageError(Exception):

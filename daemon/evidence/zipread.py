@@ -252,7 +252,7 @@ def _check_canonical(entry: _Entry) -> None:
             raise ZipRefused(f"entry {entry.name!r}: {field} is {actual:#x}, not the canonical {expected:#x}")
 
 
-def _read_entry(handle: BinaryIO, entry: _Entry, limits: ZipLimits) -> bytes:
+def _read_entry(handle: BinaryIO, entry: _Entry, limits: ZipLimits, *, copy: bool = True) -> bytes:
     handle.seek(entry.offset)
     header = handle.read(LOCAL_HEADER.size + len(entry.raw_name))
     if len(header) != LOCAL_HEADER.size + len(entry.raw_name):
@@ -277,7 +277,7 @@ def _read_entry(handle: BinaryIO, entry: _Entry, limits: ZipLimits) -> bytes:
             raise ZipRefused(f"entry {entry.name!r}: the central directory disagrees with the local header ({field})")
     if header[LOCAL_HEADER.size:] != entry.raw_name:
         raise ZipRefused(f"entry {entry.name!r}: the central directory disagrees with the local header (name)")
-    data = _inflate(handle, entry, limits) if entry.method == DEFLATED else _read_exact(handle, entry)
+    data = _inflate(handle, entry, limits, copy=copy) if entry.method == DEFLATED else _read_exact(handle, entry)
     if zlib.crc32(data) != entry.crc:
         raise ZipRefused(f"entry {entry.name!r}: CRC-32 does not match its content")
     return data
@@ -290,10 +290,11 @@ def _read_exact(handle: BinaryIO, entry: _Entry) -> bytes:
     return data
 
 
-def _inflate(handle: BinaryIO, entry: _Entry, limits: ZipLimits) -> bytes:
+def _inflate(handle: BinaryIO, entry: _Entry, limits: ZipLimits, *, copy: bool = True) -> bytes:
     """Inflate with a cap of the declared size (itself capped): output never exceeds it by more than one byte.
 
-    The last compressed byte is fed separately so that its padding bits can be checked.
+    The last compressed byte is fed separately so that its padding bits can be checked.  ``copy=False`` returns
+    the bytearray inflated into (no second copy of a big entry).
     """
     cap = min(entry.size, limits.max_entry_bytes)
     inflater = zlib.decompressobj(-15)
@@ -321,7 +322,7 @@ def _inflate(handle: BinaryIO, entry: _Entry, limits: ZipLimits) -> bytes:
         raise ZipRefused(f"entry {entry.name!r}: corrupt deflate data ({exc})") from None
     if len(output) != entry.size:
         raise ZipRefused(f"entry {entry.name!r}: inflates to {len(output)} bytes, not the declared {entry.size}")
-    return bytes(output)
+    return bytes(output) if copy else output  # type: ignore[return-value]
 
 
 def _feed(inflater: zlib._Decompress, chunk: bytes, output: bytearray, cap: int, entry: _Entry,

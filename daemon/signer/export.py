@@ -12,11 +12,11 @@ from pathlib import Path
 from typing import Any
 
 from ..evidence import trust as trust_file
-from ..fsutil import write_atomically
+from ..fsutil import atomic_writer
 from . import store as store_module
 from .keys import load_or_create
 from .paths import SignerPaths
-from .run_bundle import ExportError, bundle_bytes, read_run
+from .run_bundle import ExportError, write_run
 
 __all__ = ["ExportError", "export_run", "write_trust"]
 
@@ -32,9 +32,9 @@ def _newest_checkpoint(store_dir: Path) -> tuple[int, bytes]:
 def export_run(paths: SignerPaths, run_id: str, output: Path) -> dict[str, Any]:
     store_dir = paths.store_dir
     tree_size, note_bytes = _newest_checkpoint(store_dir)
-    run = read_run(store_dir, run_id, tree_size)
-    write_atomically(Path(output), bundle_bytes(store_dir, run, note_bytes))
-    return {"run_id": run_id, "records": len(run.run_records), "tree_size": tree_size, "bundle": str(output)}
+    with atomic_writer(Path(output)) as handle:  # written as the log is read: memory does not grow with it
+        summary = write_run(store_dir, run_id, tree_size, handle, note_bytes)
+    return {"run_id": run_id, "records": summary.records, "tree_size": tree_size, "bundle": str(output)}
 
 
 def write_trust(paths: SignerPaths, output: Path) -> dict[str, Any]:

@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from .keys import SignerKeys
-from .run_bundle import ExportError, closed_run_bundle
+from .run_bundle import ExportError, write_closed_run
 from .state import RunState
 from .store import LogStore
 
@@ -119,12 +119,19 @@ class RunExports:
                 "tree_size": run.closed_seq + 1, "chunk": EXPORT_CHUNK, "idle_expiry": EXPORT_IDLE_SECONDS}
 
     def _build(self, run_id: str, closed_seq: int, path: Path) -> tuple[int, str, int]:
-        data, run = closed_run_bundle(self.store.store_dir, run_id, closed_seq, self.keys.origin, self.keys.log_key)
         self.directory.mkdir(mode=0o700, exist_ok=True)
-        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(data)
-        return len(data), "sha256:" + hashlib.sha256(data).hexdigest(), len(run.run_records)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        try:
+            with os.fdopen(fd, "w+b") as handle:  # written as the log is read, then hashed: bounded memory
+                summary = write_closed_run(self.store.store_dir, run_id, closed_seq, self.keys.origin,
+                                           self.keys.log_key, handle)
+                handle.flush()
+                handle.seek(0)
+                digest = hashlib.file_digest(handle, "sha256").hexdigest()  # type: ignore[arg-type]
+        except BaseException:
+            path.unlink(missing_ok=True)
+            raise
+        return summary.size, "sha256:" + digest, summary.records
 
     def _owned(self, identity: str, export_id: str) -> OpenExport:
         self._sweep()

@@ -1,5 +1,5 @@
-"""One closed run of the signer's log as ``.tkb`` bundle bytes: the log's prefix up to a tree size, the run's
-records, the epoch (key) records, the policy snapshot, a checkpoint and the proofs.
+"""One closed run of the signer's log as a ``.tkb`` bundle (``tkbox.bundle.v2``), written while the log's prefix
+up to a tree size is read once from disk: memory does not grow with the log or the run.
 
 Shared by ``tkbox signer export`` (which reads the store directly and uses the newest stored checkpoint) and the
 signer's ``export_open`` RPC (which signs the checkpoint at the run's own end, ``seq`` of its ``run.closed`` plus
@@ -8,14 +8,19 @@ one, so that exporting the same run again gives the same bytes: Ed25519 signatur
 
 from __future__ import annotations
 
+import base64
+import binascii
+import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from ..evidence import merkle, note
-from ..evidence.bundle import bundle_entries, zip_bytes
-from ..evidence.records import SIGNER_RUN_ID, Record, parse_record
+from ..evidence import note
+from ..evidence.bundle_stream import RunBundleWriter
+from ..evidence.records import MAX_RECORD_BYTES, SIGNER_RUN_ID, RecordError, parse_record
 from . import store as store_module
 
 
@@ -24,46 +29,90 @@ class ExportError(RuntimeError):
 
 
 @dataclass(frozen=True)
-class RunSlice:
-    """What a bundle of one run needs from the log's first ``len(leaves)`` records."""
-
+class BundleSummary:
     run_id: str
-    leaves: list[bytes]
-    run_records: list[Record]
-    key_records: list[Record]
-
-    @property
-    def tree_size(self) -> int:
-        return len(self.leaves)
+    records: int  # the run's
+    tree_size: int
+    size: int  # bytes of the bundle
 
 
-def read_run(store_dir: Path, run_id: str, tree_size: int) -> RunSlice:
-    """Read the log's first ``tree_size`` records; the run must be among them, closed by its last one."""
-    leaves: list[bytes] = []
-    run_records: list[Record] = []
-    key_records: list[Record] = []
-    with open(store_dir / store_module.LOG_NAME, "rb") as log:
-        for _ in range(tree_size):
-            line = log.readline()
-            if not line.endswith(b"\n"):
-                raise ExportError("the log is shorter than its checkpoint; check the store with: tkbox signer status")
-            record = parse_record(line)
-            leaves.append(record.leaf())
-            if record.run_id == run_id:
-                run_records.append(record)
-            elif record.run_id == SIGNER_RUN_ID and record.type == "signer.epoch":
-                key_records.append(record)
-    if not run_records:
-        raise ExportError(f"no run {run_id!r} in the checkpointed log; list runs with: tkbox signer status")
-    if run_records[-1].type != "run.closed":
-        raise ExportError(f"run {run_id!r} is still open; close it first (tkbox rm closes a box's run)")
-    return RunSlice(run_id, leaves, run_records, key_records)
+# A stored line ends with the record's envelope; the event's own run_id is the last one before its run_prev_hash
+# (its data, which could hold such text, comes first in the sorted event).
+_TAIL = re.compile(rb'"hash":"sha256:([0-9a-f]{64})","kid":"sha256:[0-9a-f]{64}","sig":"[A-Za-z0-9+/]{85}[AQgw]==",'
+                   rb'"v":1\}\n\Z', re.ASCII)
+_RUN_PREV = b'","run_prev_hash":"'
+_RUN_ID = b',"run_id":"'
+_TAIL_SEARCH = 300  # the envelope after the event is 249 bytes
 
 
-def policy_snapshots(store_dir: Path, run: RunSlice) -> dict[str, bytes]:
+def _run_id_of(line: bytes) -> bytes | None:
+    end = line.rfind(_RUN_PREV)
+    start = line.rfind(_RUN_ID, 0, end) if end > 0 else -1
+    return line[start + len(_RUN_ID):end] if start >= 0 else None
+
+
+def _hash_of(line: bytes) -> bytes:
+    match = _TAIL.search(line, max(0, len(line) - _TAIL_SEARCH))
+    if match is not None:
+        return binascii.unhexlify(match.group(1))
+    return binascii.unhexlify(parse_record(line.rstrip(b"\n")).hash[7:])  # the strict parser says what is wrong
+
+
+def write_run(store_dir: Path, run_id: str, tree_size: int, handle: BinaryIO,
+              checkpoint: bytes | Callable[[int, bytes], bytes]) -> BundleSummary:
+    """Write the bundle of ``run_id`` over the log's first ``tree_size`` records to ``handle`` (seekable, empty).
+
+    ``checkpoint`` is the signed note over exactly those records, or a function signing one from (size, root).
+    """
+    writer = RunBundleWriter(handle, run_id, scratch_dir=store_dir)
+    try:
+        wanted = run_id.encode("utf-8")
+        first_line = last_line = b""
+        with open(store_dir / store_module.LOG_NAME, "rb") as log:
+            for _ in range(tree_size):
+                line = log.readline(MAX_RECORD_BYTES + 2)
+                if not line.endswith(b"\n"):
+                    raise ExportError("the log is shorter than its checkpoint; check the store with: tkbox signer status")
+                try:
+                    owner = _run_id_of(line)
+                    role = None
+                    if owner == wanted:
+                        role = "run"
+                        first_line = first_line or line
+                        last_line = line
+                    elif owner == SIGNER_RUN_ID.encode("ascii") and parse_record(line[:-1]).type == "signer.epoch":
+                        role = "key"
+                    writer.add(line, _hash_of(line), role)
+                except (RecordError, ValueError) as exc:
+                    raise ExportError(f"record {writer.tree_size} of the log is damaged ({exc}); check the store "
+                                      "with: tkbox signer status") from None
+        if not first_line:
+            raise ExportError(f"no run {run_id!r} in the checkpointed log; list runs with: tkbox signer status")
+        if parse_record(last_line[:-1]).type != "run.closed":
+            raise ExportError(f"run {run_id!r} is still open; close it first (tkbox rm closes a box's run)")
+        root = writer.root()
+        note_bytes = checkpoint(tree_size, root) if callable(checkpoint) else checkpoint
+        if not callable(checkpoint) and _note_root(note_bytes) != root:
+            raise ExportError("the newest checkpoint does not match the log it covers; check the store with: "
+                              "tkbox signer status")
+        policies = policy_snapshots(store_dir, parse_record(first_line[:-1]).event["data"].get("policy_hash", ""))
+        size = writer.finish(note_bytes, policies)
+        return BundleSummary(run_id, writer.run_records, tree_size, size)
+    finally:
+        writer.close()
+
+
+def _note_root(note_bytes: bytes) -> bytes | None:
+    lines = note_bytes.split(b"\n", 3)
+    try:
+        return base64.b64decode(lines[2], validate=True) if len(lines) > 3 else None
+    except binascii.Error:
+        return None
+
+
+def policy_snapshots(store_dir: Path, policy_hash: str) -> dict[str, bytes]:
     """The policy snapshot the run was registered with, by its hash."""
-    policy_hash = run.run_records[0].event["data"].get("policy_hash", "")
-    digest = policy_hash.removeprefix("sha256:")
+    digest = str(policy_hash).removeprefix("sha256:")
     path = store_dir / store_module.POLICY_DIR / f"{digest}.json"
     try:
         return {digest: path.read_bytes()}
@@ -71,21 +120,12 @@ def policy_snapshots(store_dir: Path, run: RunSlice) -> dict[str, bytes]:
         raise ExportError(f"the policy snapshot {policy_hash} is missing from {path.parent}") from None
 
 
-def bundle_bytes(store_dir: Path, run: RunSlice, checkpoint_note: bytes) -> bytes:
-    """The canonical zip of ``run`` under ``checkpoint_note`` (a note over exactly ``run.tree_size`` leaves)."""
-    entries = bundle_entries(run_id=run.run_id, run_records=run.run_records, key_records=run.key_records,
-                             checkpoint_note=checkpoint_note, tree_leaves=run.leaves,
-                             policies=policy_snapshots(store_dir, run))
-    return zip_bytes(entries)
+def signer_of(origin: str, log_key: Ed25519PrivateKey) -> Callable[[int, bytes], bytes]:
+    """Signs a checkpoint at (size, root): deterministic, so the same prefix gives the same note."""
+    return lambda size, root: note.sign_checkpoint(note.Checkpoint(origin, size, root), origin, log_key)
 
 
-def checkpoint_at(run: RunSlice, origin: str, log_key: Ed25519PrivateKey) -> bytes:
-    """A signed checkpoint over exactly the run's prefix of the log (deterministic: same prefix, same bytes)."""
-    return note.sign_checkpoint(note.Checkpoint(origin, run.tree_size, merkle.root(run.leaves)), origin, log_key)
-
-
-def closed_run_bundle(store_dir: Path, run_id: str, closed_seq: int, origin: str,
-                      log_key: Ed25519PrivateKey) -> tuple[bytes, RunSlice]:
+def write_closed_run(store_dir: Path, run_id: str, closed_seq: int, origin: str, log_key: Ed25519PrivateKey,
+                     handle: BinaryIO) -> BundleSummary:
     """The bundle of a run closed by the record at ``closed_seq``, under a checkpoint at ``closed_seq + 1``."""
-    run = read_run(store_dir, run_id, closed_seq + 1)
-    return bundle_bytes(store_dir, run, checkpoint_at(run, origin, log_key)), run
+    return write_run(store_dir, run_id, closed_seq + 1, handle, signer_of(origin, log_key))
