@@ -35,6 +35,7 @@ from tkbox_daemon.wire import (
     ApprovalInfo,
     BoxInfo,
     Event,
+    EventPage,
     ExecInfo,
     ExecOutput,
     OutputTail,
@@ -184,6 +185,8 @@ class FakeDaemonClient:
         self.history: list[Event] = []
         self.calls: list[tuple[Any, ...]] = []
         self.events_after: list[int] = []
+        self.pages_asked: list[tuple[int | None, int]] = []
+        """Each ``event_page`` asked for, as ``(before, limit)``."""
         self.host: HostReport | DaemonError = HostReport(
             (HostCheck("backend bwrap", "ok", "bubblewrap 0.8.0 at /usr/bin/bwrap"),
              HostCheck("disk quota", "degraded", "box_disk is not enforced", "none yet")),
@@ -351,6 +354,14 @@ class FakeDaemonClient:
         box = await self._set_state("remove_box", ref, "removed")
         self.box_list = [b for b in self.box_list if b.id != box.id]
         return box
+
+    async def event_page(self, before: int | None = None, limit: int = 500, box: str | None = None) -> EventPage:
+        """The last ``limit`` events of ``history`` before ``before`` (``pages_asked`` records each ask)."""
+        self.pages_asked.append((before, limit))
+        kept = [e for e in self.history if (before is None or e.seq < before) and (box is None or e.box_id == box)]
+        last_seq = max((e.seq for e in self.history), default=0)
+        first_kept = self.history[0].seq if self.history else 0
+        return EventPage(kept[-limit:], last_seq, first_kept, len(kept) > limit)
 
     async def events(self, after: int = 0, box: str | None = None) -> AsyncIterator[Event]:
         self.events_after.append(after)

@@ -364,7 +364,8 @@ async def test_help_lists_the_match_keys_from_any_pane_and_they_can_be_remapped(
     app = make_app(fake, settings=quiet_settings(config_dir), clock=fixed_clock)
     async with app.run_test(size=(120, 40)) as pilot:
         log = await _with_events(app, pilot, fake, FLOW_EVENTS)
-        assert {binding.id for binding in EventLog.BINDINGS} == {"log.next_match", "log.previous_match", "log.open"}
+        assert {binding.id for binding in EventLog.BINDINGS} == {"log.next_match", "log.previous_match", "log.open",
+                                                                 "log.older"}
         assert {binding.id for binding in EventLog.BINDINGS} <= BINDING_IDS
         await pilot.press("question_mark")  # from the boxes pane: listed as the event log's
         rows = {binding_id: (keys, text) for keys, ids, text in app.screen.rows() for binding_id in ids.split(", ")}

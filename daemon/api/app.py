@@ -9,6 +9,7 @@ execs that wait for them are waited for.
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 
 from aiohttp import web
@@ -59,7 +60,7 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
     async def daemon_state(app: web.Application) -> AsyncIterator[None]:
         config.paths.ensure()
         events = EventBus(config.paths.state_dir)
-        events.open()
+        await asyncio.to_thread(events.open)  # indexes the event history (reads the files through once)
         signer = None if config.unrecorded else AsyncSignerClient(config.signer.socket)
         manager = BoxManager(config, events, signer, backend)
         app[EVENTS] = events

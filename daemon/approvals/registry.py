@@ -144,6 +144,15 @@ class ApprovalRegistry:
     def pending_count(self, box_id: str) -> int:
         return sum(1 for a in self._approvals.values() if a.info.box_id == box_id and a.info.pending)
 
+    def forget_box(self, box_id: str) -> None:
+        """Drop what is kept per box for a removed box (its rate window); its answered approvals stay listed until
+        ``approvals_kept`` or ``approval_kept_time`` lets them go."""
+        self._opened.pop(box_id, None)
+
+    def boxes_tracked(self) -> int:
+        """How many boxes have a rate window kept."""
+        return len(self._opened)
+
     # ---- opening ----------------------------------------------------------------------------
     def open(self, host: ApprovalHost, **asked: Any) -> Approval:
         """A pending approval (event ``approval.pending``), expiring ``wait_seconds`` from now. ``asked``: the

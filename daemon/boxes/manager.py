@@ -39,6 +39,7 @@ from .guest_link import GuestFailure
 from .layer_reaper import LayerReaper
 from .recovery import recover_boxes
 from .registry import BOX_ID, BoxRegistry
+from .removed_boxes import forget_removed_box
 from .settings import SettingsError, parse_settings
 
 
@@ -214,6 +215,7 @@ class BoxManager:
         await box.remove()  # its layers moved to the trash, not yet deleted
         self._release_uids(box)
         self.registry.forget(box.id)
+        forget_removed_box(self, box.id)
         self.layer_reaper.sweep()
         return box.info()
 

@@ -41,6 +41,7 @@ from .exec_actions import ExecActionsMixin
 from .export_actions import ExportActionsMixin
 from .filter_pattern import FilterError
 from .gc_tuning import freeze_startup_heap, tune_garbage_collector
+from .history_actions import HistoryActionsMixin
 from .key_routing import KeyRoutingMixin
 from .keymap import bindings_for, load_user_keymap, scope_bindings
 from .lifecycle import LifecycleMixin
@@ -65,7 +66,8 @@ def utc_now() -> datetime:
 
 
 class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMixin, BoxActionsMixin, ExecActionsMixin, CommandActionsMixin,
-                 DrillDownMixin, ReviewActionsMixin, ExportActionsMixin, NetworkActionsMixin, App[int]):
+                 DrillDownMixin, ReviewActionsMixin, ExportActionsMixin, NetworkActionsMixin, HistoryActionsMixin,
+                 App[int]):
     """The console; construct it with ``make_app``."""
 
     CSS_PATH = ["styles/base.tcss", "styles/app.tcss"]
@@ -142,6 +144,7 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
                 self.post_message(ApprovalsLoaded(approvals, listed_through))
                 self.post_message(ConnectionChanged(True))
                 backoff.reset()
+                await self.load_start_events()  # the first time: the newest events, not the whole history
                 received = 0
                 async for event in self.client.events(after=self.inbox.after):
                     if self.inbox.put(event):
@@ -291,7 +294,8 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         self._rendered_seq = drawn_through
         scope = f" of {safe_text(state.selected_box.name)}" if state.scope_to_selected and state.selected_box else ""
         # One row, full width (app.tcss): its count changes at every render, without a layout of the screen.
-        self._show_text(title, f"Events{scope}  ({state.events_seen} received)", layout=False)
+        older = "  (older: scroll to the top)" if state.older_available else ""
+        self._show_text(title, f"Events{scope}  ({state.events_seen} received){older}", layout=False)
         self._show_text(follow_status, connection_label(
             state.connected, state.following, state.new_while_paused,
             state.event_filter.describe(), state.event_filter.inverted))

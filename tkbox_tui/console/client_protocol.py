@@ -5,7 +5,16 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Callable
 from typing import Any, Protocol
 
-from tkbox_daemon.wire import ApprovalInfo, BoxInfo, Event, ExecInfo, ExecOutput, RememberedRule, RunExport
+from tkbox_daemon.wire import (
+    ApprovalInfo,
+    BoxInfo,
+    Event,
+    EventPage,
+    ExecInfo,
+    ExecOutput,
+    RememberedRule,
+    RunExport,
+)
 from tkbox_daemon.wire_apply import ApplyReport
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 from tkbox_daemon.wire_host import HostReport
@@ -45,6 +54,8 @@ class ConsoleClient(Protocol):
     async def remove_box(self, ref: str) -> BoxInfo: ...
 
     def events(self, after: int = 0, box: str | None = None) -> AsyncIterator[Event]: ...
+
+    async def event_page(self, before: int | None = None, limit: int = 500, box: str | None = None) -> EventPage: ...
 
     async def execs(self, ref: str) -> list[ExecInfo]: ...
 

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 import rich.repr
 from textual.message import Message
 
-from tkbox_daemon.wire import ApprovalInfo, BoxInfo
+from tkbox_daemon.wire import ApprovalInfo, BoxInfo, EventPage
 from tkbox_daemon.wire_apply import ApplyReport
 
 
@@ -28,6 +28,13 @@ class ConnectionChanged(Message):
     reason: str = ""
     hint: str = ""
     """What to do about it (``DaemonError.extra["hint"]``: with no daemon, how to start one)."""
+
+
+@dataclass
+class OlderEventsLoaded(Message):
+    """A page of events older than the oldest the log holds arrived (the operator paged back)."""
+
+    page: EventPage
 
 
 @dataclass

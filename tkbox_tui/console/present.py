@@ -23,7 +23,7 @@ BOX_COLUMNS = ("name", "state", "image", "age", "left", "execs", "conns", "appro
 # Kinds whose log lines stand out: the daemon refused or could not record something.
 ALERT_KINDS = frozenset({"exec.denied", "exec.refused", "box.failed", "gap", "signer.unavailable",
                          "daemon.unrecorded", "guest.protocol_error", "guest.ended", "box.lost", "daemon.registry",
-                         "egress.refused", "box.oom", "box.disk_full"})
+                         "egress.refused", "box.oom", "box.disk_full", "events.missing"})
 
 
 def parse_time(value: str) -> datetime | None:

@@ -26,6 +26,11 @@ class ConsoleSettings:
     shipped_themes_dir: Path = SHIPPED_THEMES_DIR
     event_ring: int = DEFAULT_EVENT_RING
     """How many events the console keeps (the daemon keeps them all)."""
+    start_events: int = 1000
+    """How many of the newest events the console shows at start; older ones come a page at a time (``log.older``,
+    or scrolling to the top of the event log)."""
+    older_page: int = 1000
+    """How many events one page back asks for."""
     render_interval: float = 0.1
     """Seconds between log/table renders during a flood of events."""
     box_refresh_interval: float = 0.5

@@ -32,6 +32,8 @@ STATE_BY_KIND = {
     "box.lost": "lost",
     "box.removed": "removed",
 }
+OLDER_ROOM = 4
+"""The log holds at most this many times ``event_ring`` events once the operator pages back (``take_older``)."""
 NAMES_KEPT = 10_000  # box names remembered by id, removed boxes included (their events keep showing the name)
 
 
@@ -149,6 +151,10 @@ class ConsoleState:
     listed_through: int = 0
     """The daemon's last sequence number when the box list in force was asked for: that list already holds what
     every event up to it did, so such an event (a reconnect replays them) never adds or changes a row."""
+    older_available: bool = False
+    """The daemon keeps events older than the oldest the console holds (``log.older`` asks for a page of them)."""
+    first_kept: int = 0
+    """The oldest sequence number the daemon still keeps, as its last page said (0: not known)."""
 
     def __post_init__(self) -> None:
         self.events = deque(maxlen=self.ring_size)
@@ -166,6 +172,29 @@ class ConsoleState:
         if not self.following and self.shows(event):
             self.new_while_paused += 1
         return True
+
+    def take_older(self, page: Iterable[Event]) -> list[Event]:
+        """Put a page of events older than every one held in front of them (the operator paged back); returns those
+        taken, oldest first.  The log grows by them up to ``OLDER_ROOM`` times ``ring_size``; past that the newest of
+        the page that fit are taken.  Older events change no box (the box list is newer); their names are kept."""
+        oldest = self.events[0].seq if self.events else self.last_seq + 1
+        older = [event for event in page if event.seq < oldest]
+        room = max(0, self.ring_size * OLDER_ROOM - len(self.events))
+        taken = older[len(older) - room:] if len(older) > room else older
+        if not taken:
+            return []
+        self.events = deque([*taken, *self.events], maxlen=max(self.ring_size, len(self.events) + len(taken)))
+        self.events_seen += len(taken)
+        for event in taken:
+            if event.kind == "box.created" and isinstance(event.data.get("name"), str) \
+                    and event.box_id not in self.box_names:
+                self._remember_name(event.box_id, event.data["name"])
+        return taken
+
+    @property
+    def room_for_older(self) -> bool:
+        """Whether the log may take another page of older events."""
+        return len(self.events) < self.ring_size * OLDER_ROOM
 
     def _apply_to_box(self, event: Event) -> None:
         if not event.box_id:

@@ -87,6 +87,10 @@ class EventLog(ScrollView, can_focus=True):
     class FollowPaused(Message):
         """The operator scrolled up: stop following, count what arrives."""
 
+    @dataclass
+    class OlderWanted(Message):
+        """The operator asked for the events before the oldest shown (``log.older``, or scrolled to the top)."""
+
     def __init__(self, max_lines: int, line_of: LineOf = event_line, **kwargs: object) -> None:
         super().__init__(**kwargs)  # type: ignore[arg-type]
         self.highlighter: MatchHighlighter = MatchHighlighter(self.get_component_rich_style)
@@ -181,18 +185,36 @@ class EventLog(ScrollView, can_focus=True):
     def _on_mouse_scroll_up(self, event: events.MouseScrollUp) -> None:
         self._pause()
         super()._on_mouse_scroll_up(event)
+        self._older_at_top()
 
     def action_scroll_up(self) -> None:
         self._pause()
         super().action_scroll_up()
+        self._older_at_top()
 
     def action_page_up(self) -> None:
         self._pause()
         super().action_page_up()
+        self._older_at_top()
 
     def action_scroll_home(self) -> None:
         self._pause()
         super().action_scroll_home()
+        self._older_at_top()
+
+    def action_load_older(self) -> None:
+        self._pause()
+        self.post_message(self.OlderWanted())
+
+    def _older_at_top(self) -> None:
+        """Scrolling up to the first line asks for the events before it."""
+        if min(self.scroll_y, self.scroll_target_y) <= 0:
+            self.post_message(self.OlderWanted())
+
+    def grow(self, max_lines: int) -> None:
+        """Keep up to ``max_lines`` lines (a page of older events joined the log)."""
+        if self._lines.max_lines is not None and max_lines > self._lines.max_lines:
+            self._lines.max_lines = max_lines
 
     # -- matches ---------------------------------------------------------------------------------------------
 
