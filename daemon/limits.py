@@ -96,7 +96,35 @@ GUEST_SHUTDOWN_DEADLINE = Limit("guest_shutdown_deadline", 10, "seconds",
                                 "the host's wait for the guest to answer shutdown (it gives commands 2 + 2 s to end)",
                                 "fixed")
 SIGNER_LINE = Limit("signer_line", 1 * MIB, "bytes", "one signer RPC line", "fixed (protocol)")
+API_REPLY = Limit("api_reply", 256 * MIB, "bytes",
+                  "one reply of the daemon's API that tkbox reads whole (a list, the stored events, a patch, one "
+                  "line of an apply's answer)", "fixed; the daemon's own limits keep its replies below it "
+                  "(tkbox diff --raw for a patch whose JSON is bigger)")
+API_MESSAGE = Limit("api_message", 4 * MIB, "bytes",
+                    "one message of a stream tkbox reads from the daemon (an event, an exec's WebSocket message)",
+                    "fixed (protocol)")
+API_CONNECT_DEADLINE = Limit("api_connect_deadline", 10, "seconds",
+                             "tkbox's wait for the daemon's socket to accept a connection", "fixed")
+SIGNER_IDEMPOTENCY_WINDOW = Limit(
+    "signer_idempotency_window", 32_768, "requests",
+    "recent state-changing requests the signer remembers, so that a retry gets its first answer (about 130 bytes "
+    "each: the signer's memory stays flat however long it runs); an older retry is refused as request_expired",
+    "fixed; retry within the window (a retry comes within seconds), or read the run to see what was recorded")
+SIGNER_IDEMPOTENCY_SECONDS = Limit(
+    "signer_idempotency_seconds", 600, "seconds",
+    "the longest a request stays in the signer's idempotency window (its request_id carries when it was made)",
+    "fixed; a retry later than this is refused as request_expired: read the run, then send a new request")
 EVENTS_FILE = Limit("events_file", 256 * MIB, "bytes", "a box's events.jsonl", "fixed; older events stay in the file")
+EVENTS_HISTORY = Limit("events_history", 256 * MIB, "bytes",
+                       "the daemon's event history file (events.jsonl); past it the file becomes events.1.jsonl, "
+                       "replacing the one before, so the newest one to two files of events are kept",
+                       "fixed; a resume or page older than what is kept gets an events.missing event (or a page's "
+                       "first_kept) naming what is gone; each box's own events.jsonl keeps its events (events_file)")
+EVENT_LINE = Limit("event_line", 256 * KIB, "bytes",
+                   "one stored event (a larger one is kept with its data replaced by a note of its size)", "fixed")
+EVENTS_PAGE = Limit("events_page", 10_000, "events",
+                    "events one page of the history holds (tkbox events --tail, the console's older events)",
+                    "fixed; ask for the page before it (before=SEQ)")
 MUST_KEEP_QUEUE = Limit("must_keep_queue", 4096, "observations", "must-keep observations waiting for the signer",
                         "fixed; a box that overflows it is stopped and the loss counted in tkbox.gap")
 PATCH_SIZE = Limit("patch_size", 256 * MIB, "bytes", "the workspace patch made from a box's layers", "fixed")

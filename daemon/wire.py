@@ -34,9 +34,11 @@ EVENT_KINDS = frozenset(
         "approval.pending", "approval.answered", "approval.expired", "approval.rule_added", "approval.rule_removed",
         "box.exported", "egress.allowlist",
         "egress.allowed", "egress.held", "egress.approved", "egress.rejected", "egress.expired", "egress.refused",
-        "egress.closed", "egress.resolve_failed",
+        "egress.closed", "egress.resolve_failed", "events.missing",
     }
 )
+"""``events.missing``: sequence numbers a reader asked for that the daemon can no longer serve (older than the
+history it keeps, or lost to a damaged history file); ``data``: ``first``, ``last`` (its own ``seq``) and ``reason``."""
 
 
 @dataclass(frozen=True)
@@ -59,6 +61,36 @@ class Event:
         if not all(isinstance(value[k], str) for k in ("time", "box_id", "kind")) or not isinstance(value["data"], dict):
             raise ValueError("event time, box_id and kind are strings and data an object")
         return cls(value["seq"], value["time"], value["box_id"], value["kind"], value["data"])
+
+
+EVENT_PAGE_FIELDS = frozenset({"events", "last_seq", "first_kept", "more"})
+
+
+@dataclass(frozen=True)
+class EventPage:
+    """One page of the event history (``GET /v1/events/page?before=SEQ&limit=N&box=ID``): the last ``limit`` events
+    before ``before`` (the newest without it), oldest first; ``last_seq``: the daemon's newest sequence number when
+    it answered; ``first_kept``: the oldest it still stores (0: none); ``more``: older events may exist (ask again
+    with ``before`` = the first event's seq)."""
+
+    events: list[Event]
+    last_seq: int
+    first_kept: int
+    more: bool
+
+    @classmethod
+    def from_json(cls, value: Any) -> EventPage:
+        if not isinstance(value, dict) or set(value) != EVENT_PAGE_FIELDS:
+            raise ValueError(f"an event page has exactly {sorted(EVENT_PAGE_FIELDS)}")
+        if not isinstance(value["events"], list) or type(value["more"]) is not bool:
+            raise ValueError("an event page's events is a list and more a boolean")
+        for name in ("last_seq", "first_kept"):
+            if type(value[name]) is not int or value[name] < 0:
+                raise ValueError(f"an event page's {name} is a sequence number")
+        events = [Event.from_json(item) for item in value["events"]]
+        if any(later.seq <= earlier.seq for earlier, later in zip(events, events[1:], strict=False)):
+            raise ValueError("an event page's events are in increasing sequence order")
+        return cls(events, value["last_seq"], value["first_kept"], value["more"])
 
 
 @dataclass(frozen=True)

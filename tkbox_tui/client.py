@@ -2,67 +2,54 @@
 
 Used by the CLI and (through the same methods) by the console.  Errors from the daemon
 arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``DaemonUnreachable``.  Whatever goes
-wrong on the socket (no daemon, a daemon that hangs up, a reply that is not JSON) arrives as one of those two,
-never as an aiohttp exception.
+wrong on the socket (no daemon, a daemon that hangs up, a reply that is not JSON, one over its size cap) arrives as
+one of those two, never as a library's exception.
+
+The transport is small on purpose, so that a command starts like a small program: HTTP/1.1 with h11
+(``client_http``), the exec's WebSocket with wsproto (``client_ws``, ``client_exec``).  Under a running event loop
+every call is asynchronous (asyncio streams, ``client_http_async``); with no loop running, a call does its I/O on a
+blocking socket and its coroutine finishes at its first step, so a one-shot CLI command drives it without asyncio
+(``tkbox_tui.cli.loopless``).
 """
 
 from __future__ import annotations
 
-import asyncio
-import base64
-import hashlib
-import json
+import sys
 from collections.abc import AsyncIterator, Callable
-from datetime import UTC, datetime
+from contextlib import aclosing
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 from urllib.parse import quote
 
-import aiohttp
-
+from tkbox_daemon.limits import API_MESSAGE, API_REPLY, PATCH_SIZE
 from tkbox_daemon.wire import (
-    API_VERSION,
     EXPORT_HEADERS,
     ApprovalInfo,
     BoxInfo,
     Event,
+    EventPage,
     ExecInfo,
     ExecOutput,
     RememberedRule,
     RunExport,
     daemon_runtime_dir,
 )
-from tkbox_daemon.wire_apply import ApplyReport
-from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
-from tkbox_daemon.wire_host import HostReport
+
+from .client_errors import NO_DAEMON_HINT, DaemonError, DaemonUnreachable, error_from, json_reply, lost
+from .client_http import Head, HttpExchange, LineSplitter, collect_blocking, pieces_blocking, request_target
+
+if TYPE_CHECKING:  # imported where they are used: a command pays only for the replies it reads
+    from tkbox_daemon.wire_apply import ApplyReport
+    from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
+    from tkbox_daemon.wire_host import HostReport
+
+    from .client_exec import ExecCall
+
+__all__ = ["NO_DAEMON_HINT", "DaemonClient", "DaemonError", "DaemonUnreachable", "box_path", "default_socket"]
 
 T = TypeVar("T")
-STDIN_CHUNK = 64 * 1024
 ANSWERS = ("approve", "reject")
 ALLOWLIST_ACTIONS = ("allow", "block", "set")
-NO_DAEMON_HINT = "start it with: tkbox up (or tkbox daemon)"
-
-
-class DaemonError(RuntimeError):
-    def __init__(self, code: str, message: str, status: int = 0, **extra: Any) -> None:
-        super().__init__(message)
-        self.code = code
-        self.message = message
-        self.status = status
-        self.extra = extra
-
-
-class DaemonUnreachable(DaemonError):
-    """Nothing answers on the daemon's socket; ``extra["hint"]`` says how to start one."""
-
-    def __init__(self, message: str) -> None:
-        super().__init__("no_daemon", message, hint=NO_DAEMON_HINT)
-
-
-def _unreachable(socket_path: Path, exc: aiohttp.ClientConnectorError) -> DaemonUnreachable:
-    """The same words for every call that finds no daemon (never aiohttp's own text)."""
-    reason = exc.os_error.strerror if exc.os_error is not None and exc.os_error.strerror else "nothing accepts"
-    return DaemonUnreachable(f"no daemon answers at {socket_path} ({reason})")
 
 
 def box_path(ref: str) -> str:
@@ -103,20 +90,25 @@ def _approval_list(reply: Any) -> list[ApprovalInfo]:
     return [ApprovalInfo.from_json(item) for item in items]
 
 
-def _lost() -> DaemonError:
-    """The daemon hung up or broke off mid-reply (it stopped, or crashed)."""
-    return DaemonError("daemon_lost", "the daemon closed the connection before it answered",
-                       hint="see whether it still runs: tkbox ls")
-
-
 def default_socket() -> Path:
     return Path(daemon_runtime_dir()) / "api.sock"
+
+
+def _no_loop_running() -> bool:
+    """Whether this call runs outside an event loop (then its I/O blocks; see the module's docstring)."""
+    asyncio = sys.modules.get("asyncio")
+    if asyncio is None:
+        return True
+    try:
+        asyncio.get_running_loop()
+    except RuntimeError:
+        return True
+    return False
 
 
 class DaemonClient:
     def __init__(self, socket_path: Path | None = None) -> None:
         self.socket_path = Path(socket_path or default_socket())
-        self._session: aiohttp.ClientSession | None = None
 
     async def __aenter__(self) -> DaemonClient:
         return self
@@ -124,36 +116,63 @@ class DaemonClient:
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
-    def _http(self) -> aiohttp.ClientSession:
-        if self._session is None or self._session.closed:
-            connector = aiohttp.UnixConnector(path=str(self.socket_path))
-            self._session = aiohttp.ClientSession(connector=connector, base_url="http://tkbox",
-                                                  timeout=aiohttp.ClientTimeout(total=None, sock_connect=10))
-        return self._session
-
     async def close(self) -> None:
-        if self._session is not None:
-            await self._session.close()
+        """Nothing to release: each call has its own connection, closed when the call ends."""
 
-    async def _request(self, method: str, path: str, **kwargs: Any) -> Any:
-        try:
-            async with self._http().request(method, f"/{API_VERSION}{path}", **kwargs) as response:
-                body = await response.read()
-                if response.status >= 400:
-                    raise _error_from(response.status, body)
-                if response.content_type == "application/json":
-                    return _json_reply(body)
-                return body, dict(response.headers)
-        except aiohttp.ClientConnectorError as exc:
-            raise _unreachable(self.socket_path, exc) from None
-        except (TimeoutError, aiohttp.ClientError):
-            raise _lost() from None
+    async def _exchange(self, exchange: HttpExchange) -> tuple[Head, bytes]:
+        if _no_loop_running():
+            return collect_blocking(self.socket_path, exchange)
+        from .client_http_async import collect_async
+
+        return await collect_async(self.socket_path, exchange)
+
+    async def _pieces(self, exchange: HttpExchange) -> AsyncIterator[Head | bytes]:
+        """A streamed reply's head, then its body chunks as they arrive."""
+        if _no_loop_running():
+            blocking = pieces_blocking(self.socket_path, exchange)
+            try:
+                for piece in blocking:
+                    yield piece
+            finally:
+                blocking.close()  # the socket closes now, also when the reader stopped early
+            return
+        from .client_http_async import pieces_async
+
+        async with aclosing(pieces_async(self.socket_path, exchange)) as pieces:
+            async for piece in pieces:
+                yield piece
+
+    async def _stream(self, method: str, path: str, what: str, json_body: Any = None,
+                      params: dict[str, str] | None = None) -> AsyncIterator[bytes]:
+        """A streamed reply's body chunks, once its head says it is no refusal (a refusal is read whole, capped)."""
+        exchange = HttpExchange(method, request_target(path, params), json_body=json_body, what=what)
+        async with aclosing(self._pieces(exchange)) as pieces:
+            async for piece in pieces:
+                if isinstance(piece, Head):
+                    if piece.status >= 400:
+                        raise error_from(piece.status, await _refusal_body(pieces))
+                    continue
+                yield piece
+
+    async def _request(self, method: str, path: str, *, json: Any = None, params: dict[str, str] | None = None,
+                       data: bytes | None = None, cap: int = API_REPLY.default) -> Any:
+        """One call: its JSON reply, or ``(body, headers)`` for any other content type; a status of 400 or more is
+        the daemon's DaemonError."""
+        exchange = HttpExchange(method, request_target(path, params), json_body=json, data=data, body_cap=cap)
+        head, body = await self._exchange(exchange)
+        if head.status >= 400:
+            raise error_from(head.status, body)
+        if head.content_type == "application/json":
+            return json_reply(body)
+        return body, head.headers
 
     async def health(self) -> dict[str, Any]:
         return await self._request("GET", "/health")
 
     async def host_report(self, *, refresh: bool = False) -> HostReport:
         """What the daemon's host gives a box (``tkbox doctor``), as the daemon checked it."""
+        from tkbox_daemon.wire_host import HostReport
+
         return HostReport.from_json(await self._request("GET", f"/host?refresh={'true' if refresh else 'false'}"))
 
     async def boxes(self) -> list[BoxInfo]:
@@ -177,7 +196,7 @@ class DaemonClient:
 
     async def diff_patch(self, ref: str) -> bytes:
         """The box's patch byte for byte (``diff`` gives it as JSON, with bytes that are not UTF-8 replaced)."""
-        reply = await self._request("GET", box_path(ref) + "/diff")
+        reply = await self._request("GET", box_path(ref) + "/diff", cap=PATCH_SIZE.default)
         if not isinstance(reply, tuple):
             raise DaemonError("http_error", "the daemon answered the patch request with JSON, not a patch")
         return reply[0]
@@ -196,27 +215,36 @@ class DaemonClient:
         reply = await self._request("GET", "/events", params=params)
         return [Event.from_json(item) for item in reply["events"]]
 
+    async def event_page(self, before: int | None = None, limit: int = 500, box: str | None = None) -> EventPage:
+        """The last ``limit`` events with seq < ``before`` (the newest without it), oldest first, of ``box`` alone if
+        given; ``more``: older ones may exist (ask again with ``before=page.events[0].seq``)."""
+        params = {"limit": str(limit), **({"before": str(before)} if before is not None else {}),
+                  **({"box": box} if box else {})}
+        reply = await self._request("GET", "/events/page", params=params)
+        return parsed_reply(EventPage.from_json, reply, "a page of events")
+
     async def events(self, after: int = 0, box: str | None = None) -> AsyncIterator[Event]:
-        """Live events after ``after``; ends when the daemon closes the stream (the caller resumes from the last)."""
+        """Live events after ``after``; ends when the daemon closes the stream (the caller resumes from the last).
+        Each event is at most ``api_message`` bytes (docs/limits.md)."""
         params = {"after": str(after), **({"box": box} if box else {})}
+        lines = LineSplitter(API_MESSAGE.default, "event")
+        data_lines: list[bytes] = []
         try:
-            async with self._http().get(f"/{API_VERSION}/events", params=params) as response:
-                if response.status >= 400:
-                    raise _error_from(response.status, await response.read())
-                data_lines: list[str] = []
-                async for raw in response.content:
-                    line = raw.decode("utf-8").rstrip("\n")
-                    if line.startswith("data: "):
-                        data_lines.append(line[6:])
-                    elif not line and data_lines:
-                        yield Event.from_json(json.loads("\n".join(data_lines)))
-                        data_lines = []
-        except aiohttp.ClientConnectorError as exc:
-            raise _unreachable(self.socket_path, exc) from None
-        except (aiohttp.ClientPayloadError, aiohttp.ServerDisconnectedError):
-            return
-        except aiohttp.ClientError:
-            raise _lost() from None
+            async with aclosing(self._stream("GET", "/events", "event stream", params=params)) as chunks:
+                async for chunk in chunks:
+                    for line in lines.feed(chunk):
+                        line = line.removesuffix(b"\r")
+                        if line.startswith(b"data: "):
+                            data_lines.append(line[6:])
+                            if sum(map(len, data_lines)) > API_MESSAGE.default:
+                                raise DaemonError("reply_too_large", "the daemon sent an event over "
+                                                  f"{API_MESSAGE.default} bytes")
+                        elif not line and data_lines:
+                            yield parsed_reply(Event.from_json, json_reply(b"\n".join(data_lines)), "an event")
+                            data_lines = []
+        except DaemonError as error:
+            if error.code != "daemon_lost":
+                raise
 
     async def approvals(self, box: str | None = None, pending_only: bool = False) -> list[ApprovalInfo]:
         """Approvals across every box, oldest first: every pending one, and (unless ``pending_only``) the answered,
@@ -253,6 +281,8 @@ class DaemonClient:
 
     async def allowlist(self, ref: str) -> AllowlistInfo:
         """The box's egress allowlist as it is now: entries in order (``!`` before a block), presets, pinned names."""
+        from tkbox_daemon.wire_egress import AllowlistInfo
+
         reply = await self._request("GET", box_path(ref) + "/allowlist")
         return parsed_reply(AllowlistInfo.from_json, reply, "an allowlist")
 
@@ -266,6 +296,8 @@ class DaemonClient:
         body: dict[str, Any] = {action: list(items)}
         if dry_run:
             body["dry_run"] = True
+        from tkbox_daemon.wire_egress import AllowlistChangeInfo
+
         reply = await self._request("POST", box_path(ref) + "/allowlist", json=body)
         return parsed_reply(AllowlistChangeInfo.from_json, reply, "an allowlist change")
 
@@ -273,9 +305,9 @@ class DaemonClient:
         """A dry run of ``tkbox apply``: per file its action, sizes, whether it is sensitive, whether the checkout
         still holds its pre-image, and the policy's verdict; nothing is recorded or written."""
         async for item in self.apply(ref, dry_run=True, only=only):
-            if isinstance(item, ApplyReport):
+            if not isinstance(item, tuple):  # the report
                 return item
-        raise _lost()
+        raise lost()
 
     async def apply(self, ref: str, *, dry_run: bool = False, only: list[str] | None = None,
                     allow_sensitive: bool = False) -> AsyncIterator[ApplyReport | tuple[str, ApprovalInfo]]:
@@ -285,21 +317,20 @@ class DaemonClient:
         body: dict[str, Any] = {"dry_run": dry_run, "allow_sensitive": allow_sensitive}
         if only is not None:
             body["only"] = list(only)
-        try:
-            async with self._http().post(f"/{API_VERSION}{box_path(ref)}/apply", json=body,
-                                         timeout=aiohttp.ClientTimeout(total=None)) as response:
-                if response.status >= 400:
-                    raise _error_from(response.status, await response.read())
-                async for raw in response.content:
-                    item = _apply_line(raw)
+        lines = LineSplitter(API_REPLY.default, "apply answer line")
+        async with aclosing(self._stream("POST", box_path(ref) + "/apply", "apply answer", body)) as chunks:
+            async for chunk in chunks:
+                for line in lines.feed(chunk):
+                    item = _apply_line(line)
                     yield item
-                    if isinstance(item, ApplyReport):
+                    if not isinstance(item, tuple):  # the report: the answer's last line
                         return
-        except aiohttp.ClientConnectorError as exc:
-            raise _unreachable(self.socket_path, exc) from None
-        except (TimeoutError, aiohttp.ClientError):
-            raise _lost() from None
-        raise _lost()
+        if lines.pending.strip():  # a last line without its newline
+            item = _apply_line(lines.pending)
+            yield item
+            if not isinstance(item, tuple):
+                return
+        raise lost()
 
     async def export_bundle(self, ref: str, sink: Callable[[bytes], None],
                             progress: Callable[[int, int], None] | None = None) -> RunExport:
@@ -307,28 +338,36 @@ class DaemonClient:
         as they arrive, ``progress(received, total)`` after each chunk. Returns what was exported once every byte
         arrived and their SHA-256 is the one the daemon announced; otherwise raises DaemonError ``export_broken``
         (and what ``sink`` got is not the bundle: discard it)."""
+        exchange = HttpExchange("POST", request_target(box_path(ref) + "/export"), what="bundle")
+        import hashlib
+        from datetime import UTC, datetime
+
+        announced: RunExport | None = None
+        digest = hashlib.sha256()
+        received = 0
         try:
-            async with self._http().post(f"/{API_VERSION}{box_path(ref)}/export") as response:
-                if response.status >= 400:
-                    raise _error_from(response.status, await response.read())
-                announced = _announced_export(response.headers)
-                digest = hashlib.sha256()
-                received = 0
-                async for chunk in response.content.iter_any():
-                    received += len(chunk)
+            async with aclosing(self._pieces(exchange)) as pieces:
+                async for piece in pieces:
+                    if isinstance(piece, Head):
+                        if piece.status >= 400:
+                            raise error_from(piece.status, await _refusal_body(pieces))
+                        announced = _announced_export(piece.headers)
+                        continue
+                    assert announced is not None  # the head comes first
+                    received += len(piece)
                     if received > announced.size:
                         raise _broken(f"the daemon sent more than the {announced.size} bytes it announced")
-                    digest.update(chunk)
-                    sink(chunk)
+                    digest.update(piece)
+                    sink(piece)
                     if progress is not None:
                         progress(received, announced.size)
-        except aiohttp.ClientConnectorError as exc:
-            raise _unreachable(self.socket_path, exc) from None
-        except aiohttp.ClientPayloadError:
+        except DaemonError as error:
+            if error.code != "daemon_lost" or announced is None:
+                raise
             raise _broken("the daemon broke the bundle off before its end (the signer's bytes did not match what "
                           "it announced, or the signer went away)") from None
-        except (TimeoutError, aiohttp.ClientError):
-            raise _lost() from None
+        if announced is None:
+            raise lost()
         found = "sha256:" + digest.hexdigest()
         if received != announced.size or found != announced.sha256:
             raise _broken(f"the bundle received ({received} bytes, {found}) is not the one announced "
@@ -341,110 +380,27 @@ class DaemonClient:
         return parsed_reply(_trust_document, reply, "a trust document")
 
     def exec(self, ref: str) -> ExecCall:
+        from .client_exec import ExecCall
+
         return ExecCall(self, ref)
 
 
-class ExecCall:
-    """One exec over the daemon's WebSocket: send the start, stream stdin, read decision, output and exit."""
-
-    def __init__(self, client: DaemonClient, ref: str) -> None:
-        self.client = client
-        self.ref = ref
-        self.ws: aiohttp.ClientWebSocketResponse | None = None
-        self._credit = 0
-        self._credit_arrived = asyncio.Event()
-
-    async def start(self, argv: list[str], *, cwd: str = "/workspace", env: dict[str, str] | None = None,
-                    stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None,
-                    tty: bool = False, rows: int | None = None, cols: int | None = None) -> None:
-        """Open the WebSocket and send the start message.
-
-        ``tty=True`` runs the command on a pseudo-terminal of ``rows`` x ``cols`` (both or neither; the box's
-        default 24 x 80 without them): its output arrives as stdout only, stdin (``stream_stdin``) is what is typed,
-        and ``resize`` follows the operator's window.
-        """
-        if (rows is None) != (cols is None) or (rows is not None and not tty):
-            raise ValueError("rows and cols come together, and only with tty=True")
-        try:
-            self.ws = await self.client._http().ws_connect(f"/{API_VERSION}{box_path(self.ref)}/exec",
-                                                          max_msg_size=4 << 20)
-        except aiohttp.WSServerHandshakeError as exc:
-            if exc.status == 404:  # the handshake carries no body: the daemon's words come from asking for the box
-                await self.client.box(self.ref)
-            raise DaemonError("exec_failed", f"the daemon refused the exec ({exc.status})", exc.status) from None
-        except aiohttp.ClientConnectorError as exc:
-            raise _unreachable(self.client.socket_path, exc) from None
-        except aiohttp.ClientError:
-            raise _lost() from None
-        message: dict[str, Any] = {"type": "start", "argv": argv, "cwd": cwd, "env": env or {},
-                                   "stdin": "stream" if stream_stdin else ("upfront" if stdin is not None else "none")}
-        if stdin is not None:
-            message["stdin_data"] = base64.b64encode(stdin).decode()
-        if timeout:
-            message["timeout"] = timeout
-        if tty:
-            message["tty"] = True
-            if rows is not None:
-                message.update(rows=rows, cols=cols)
-        await self.ws.send_json(message)
-
-    async def send_stdin(self, data: bytes) -> None:
-        """Send stdin within the daemon's credit (granted at start, returned as the process takes it)."""
-        assert self.ws is not None
-        view = memoryview(data)
-        while view:
-            while self._credit <= 0:
-                self._credit_arrived.clear()
-                await self._credit_arrived.wait()
-            size = min(len(view), self._credit, STDIN_CHUNK)
-            self._credit -= size
-            await self.ws.send_bytes(bytes(view[:size]))
-            view = view[size:]
-
-    def _grant(self, count: int) -> None:
-        self._credit += count
-        self._credit_arrived.set()
-
-    async def close_stdin(self) -> None:
-        assert self.ws is not None
-        await self.ws.send_json({"type": "stdin_eof"})
-
-    async def signal(self, name: str) -> None:
-        assert self.ws is not None
-        await self.ws.send_json({"type": "signal", "signal": name})
-
-    async def resize(self, rows: int, cols: int) -> None:
-        """Tell a tty exec its terminal's new size (1..1000 each; the daemon ignores anything else)."""
-        assert self.ws is not None
-        await self.ws.send_json({"type": "resize", "rows": rows, "cols": cols})
-
-    async def messages(self) -> AsyncIterator[dict[str, Any] | tuple[int, bytes]]:
-        """The daemon's messages as they come: output frames as ``(stream, bytes)``, every other message as its JSON
-        object (``decision``, ``held``, ``approved``, ``started``, ``denied``, ``exit``, ``error``, and any type a
-        newer daemon adds), except the stdin credit, which is kept here."""
-        assert self.ws is not None
-        async for message in self.ws:
-            if message.type == aiohttp.WSMsgType.TEXT:
-                decoded = json.loads(message.data)
-                if decoded.get("type") == "stdin_credit":
-                    self._grant(int(decoded["bytes"]))
-                    continue
-                if decoded.get("type") == "started":
-                    self._grant(int(decoded.get("stdin_window", 0)))
-                yield decoded
-            elif message.type == aiohttp.WSMsgType.BINARY:
-                yield message.data[0], message.data[1:]
-            else:
+async def _refusal_body(pieces: AsyncIterator[Head | bytes]) -> bytes:
+    """The rest of a streamed reply that turned out to be a refusal: its JSON error, read up to ``api_message``."""
+    body = bytearray()
+    async for piece in pieces:
+        if isinstance(piece, bytes):
+            body += piece
+            if len(body) > API_MESSAGE.default:
                 break
-
-    async def close(self) -> None:
-        if self.ws is not None:
-            await self.ws.close()
+    return bytes(body[: API_MESSAGE.default])
 
 
 def _apply_line(raw: bytes) -> ApplyReport | tuple[str, ApprovalInfo]:
     """One line of an apply's answer: a held file, or the report."""
-    value = _json_reply(raw)
+    from tkbox_daemon.wire_apply import ApplyReport
+
+    value = json_reply(raw)
     try:
         if isinstance(value, dict) and value.get("type") == "held" and isinstance(value.get("path"), str):
             return value["path"], ApprovalInfo.from_json(value.get("approval"))
@@ -455,10 +411,12 @@ def _apply_line(raw: bytes) -> ApplyReport | tuple[str, ApprovalInfo]:
     raise DaemonError("bad_reply", "the daemon's apply answer has a line that is neither held nor report")
 
 
-def _announced_export(headers: Any) -> RunExport:
-    """What the daemon announced of an export before its bytes (``EXPORT_HEADERS``), checked as it is parsed."""
-    size = headers.get(EXPORT_HEADERS["size"], "")
-    value = {"run_id": headers.get(EXPORT_HEADERS["run_id"]), "sha256": headers.get(EXPORT_HEADERS["sha256"]),
+def _announced_export(headers: dict[str, str]) -> RunExport:
+    """What the daemon announced of an export before its bytes (``EXPORT_HEADERS``, looked up by their lower-case
+    names, as ``Head`` keeps them), checked as it is parsed."""
+    announced = {key: headers.get(name.lower()) for key, name in EXPORT_HEADERS.items()}
+    size = announced["size"] or ""
+    value = {"run_id": announced["run_id"], "sha256": announced["sha256"],
              "size": int(size) if size.isascii() and size.isdigit() else -1, "exported_at": ""}
     return parsed_reply(RunExport.from_json, value, "an export's announcement (run id, size, sha256)")
 
@@ -472,20 +430,3 @@ def _trust_document(reply: Any) -> dict[str, Any]:
 
 def _broken(message: str) -> DaemonError:
     return DaemonError("export_broken", message, hint="nothing was kept; export again: tkbox export BOX -o FILE")
-
-
-def _json_reply(body: bytes) -> Any:
-    try:
-        return json.loads(body)
-    except ValueError:
-        raise DaemonError("bad_reply", "the daemon's reply is not JSON") from None
-
-
-def _error_from(status: int, body: bytes) -> DaemonError:
-    try:
-        error = json.loads(body)["error"]
-        extra = {k: v for k, v in error.items() if k not in ("code", "message")}
-        return DaemonError(str(error["code"]), str(error["message"]), status, **extra)
-    except (ValueError, KeyError, TypeError):
-        shown = json.dumps(body[:200].decode("utf-8", "replace"))  # JSON spelling, escaped, never b'...'
-        return DaemonError("http_error", f"the daemon answered {status}: {shown}", status)

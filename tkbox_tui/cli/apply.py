@@ -126,3 +126,6 @@ async def apply_main(argv: list[str]) -> int:
     else:
         sys.stdout.write(report_text(report))
     return exit_status(report)
+
+
+COMMANDS = {"apply": apply_main}

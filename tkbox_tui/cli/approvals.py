@@ -7,7 +7,6 @@ object with ``--json``; a closed pipe and Ctrl+C are handled once, in ``main``.
 
 from __future__ import annotations
 
-import asyncio
 import json
 from datetime import UTC, datetime
 
@@ -68,7 +67,7 @@ async def approvals_main(argv: list[str]) -> int:
                     continue  # another kind, or one the list already showed as it is now
                 shown.add((info.id, info.state))
                 _print_followed(event, info, args.json)
-        except asyncio.CancelledError:  # Ctrl+C
+        except KeyboardInterrupt:  # Ctrl+C
             raise interrupted() from None
     raise CliError("daemon_lost", "the daemon closed the event stream", "see whether it still runs: tkbox ls")
 

@@ -9,10 +9,11 @@ the rest are here.  Every command reports a failure through
 from __future__ import annotations
 
 import argparse
-import asyncio
+import importlib
 import json
 import os
 import sys
+from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
@@ -20,12 +21,18 @@ from tkbox_daemon.wire import BoxInfo, Event
 
 from ..client import DaemonError
 from ..terminal_text import safe_lines, safe_text
-from . import allowlist, approvals
-from .apply import apply_main
 from .daemon_refusals import daemon_client, from_daemon
-from .exec_command import EXIT_DENIED, RawTerminal, _drive_exec, exec_main  # noqa: F401  (tests drive these here)
-from .export_command import export_main
+from .loopless import InterruptPoints, finish
 from .report import CliError, CliParser, interrupted, report, wants_json
+
+EXEC_NAMES = ("EXIT_DENIED", "RawTerminal", "_drive_exec", "exec_main")  # tests drive these here
+
+
+def __getattr__(name: str) -> Any:
+    """``tkbox exec``'s names, imported from its module only when asked for (it needs asyncio; ``ls`` does not)."""
+    if name in EXEC_NAMES:
+        return getattr(importlib.import_module(".exec_command", __package__), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def _fail(error: DaemonError | CliError, command: str, as_json: bool = False) -> int:
@@ -49,8 +56,10 @@ def _run_parser() -> CliParser:
     parser.add_argument("--name", help="the box's name (default: from tkbox.yaml or generated)")
     parser.add_argument("--workspace", help="the checkout to work on (default: tkbox.yaml's, else .)")
     parser.add_argument("--image", help="host (default) or dir:PATH, a prepared root directory")
+    from .allowlist import ENTRY_HELP
+
     parser.add_argument("--allow", action="append", default=None, metavar="HOST",
-                        help="let the box reach HOST through its egress proxy (repeat it): " + allowlist.ENTRY_HELP
+                        help="let the box reach HOST through its egress proxy (repeat it): " + ENTRY_HELP
                              + ". Without it nothing is allowed: every connection waits for a person")
     parser.add_argument("--resolve", action="append", default=None, metavar="NAME=ADDR",
                         help="pin NAME to ADDR (repeat it, or NAME=ADDR,ADDR) instead of the host's resolver, for "
@@ -119,7 +128,9 @@ async def _run(argv: list[str]) -> int:
         info = await client.create_box(settings)
     _print_box(info, args.json)
     if not args.json:
-        print("\n".join(allowlist.start_lines(info)))
+        from .allowlist import start_lines
+
+        print("\n".join(start_lines(info)))
     return 0
 
 
@@ -192,8 +203,13 @@ async def _events(argv: list[str]) -> int:
     parser.add_argument("--follow", "-f", action="store_true",
                         help="keep printing new events (Ctrl+C stops, exit status 130)")
     parser.add_argument("--after", type=int, default=0, help="only events after this sequence number")
+    parser.add_argument("--tail", type=int, metavar="N",
+                        help="only the last N events (up to 10,000: docs/limits.md events_page), then with --follow "
+                             "the new ones")
     parser.add_json("one JSON object per line")
     args = parser.parse_args(argv)
+    if args.tail is not None and args.after:
+        parser.error("--tail and --after each say where to start: give one of them")
     last_seq = args.after
 
     def show(event: Any) -> None:
@@ -205,14 +221,28 @@ async def _events(argv: list[str]) -> int:
         last_seq = event.seq
 
     async with daemon_client(args.box) as client:
+        if args.tail is not None:
+            page = await client.event_page(limit=args.tail, box=args.box)
+            for event in page.events:
+                show(event)
+            last_seq = args.after = page.last_seq  # every event up to it is printed (or not the box's)
+            if not args.follow:
+                return 0
         if not args.follow:
             for event in await client.stored_events(args.after, args.box):
                 show(event)
             return 0
         try:
-            async for event in client.events(args.after, args.box):
-                show(event)
-        except asyncio.CancelledError:  # Ctrl+C: say where to pick up
+            with InterruptPoints() as interrupts:  # Ctrl+C never between printing an event and counting it
+                stream = client.events(args.after, args.box)
+                while True:
+                    with interrupts.waiting():
+                        event = await anext(stream, None)
+                    if event is None:
+                        break
+                    show(event)
+                    interrupts.check()
+        except KeyboardInterrupt:  # Ctrl+C: say where to pick up
             box = f" {args.box}" if args.box else ""
             raise interrupted(f"resume with: tkbox events{box} --follow --after {last_seq}") from None
     return 0
@@ -226,24 +256,38 @@ def event_text_line(event: Event) -> str:
             f"{safe_text(event.kind):<20} {data}")
 
 
-COMMANDS = {
-    "run": _run,
-    "exec": exec_main,
-    "ls": _ls,
-    "stop": lambda argv: _one_box(argv, "stop", "Stop a box: save its patch; its run stays open."),
-    "rm": lambda argv: _one_box(argv, "rm", "Remove a box: stop it if needed and close its run."),
-    "diff": _diff,
-    "export": export_main,
-    "apply": lambda argv: apply_main(argv),
-    "events": _events,
-    **approvals.COMMANDS,
-    **allowlist.COMMANDS,
+# Every command that talks to the daemon, and the module that holds it (imported only when the command runs), in
+# that module's ``COMMANDS`` (this module's own are ``BOX_COMMANDS``).
+COMMANDS: dict[str, str] = {
+    "run": "boxes", "exec": "exec_command", "ls": "boxes", "stop": "boxes", "rm": "boxes", "diff": "boxes",
+    "export": "export_command", "apply": "apply", "events": "boxes", "approvals": "approvals",
+    "approve": "approvals", "reject": "approvals", "forget": "approvals", "allow": "allowlist",
+    "block": "allowlist", "allowlist": "allowlist",
 }
+NEEDS_EVENT_LOOP = frozenset({"exec"})  # signals, stdin and output at once; the rest run loopless (``loopless``)
+
+
+async def _stop(argv: list[str]) -> int:
+    return await _one_box(argv, "stop", "Stop a box: save its patch; its run stays open.")
+
+
+async def _rm(argv: list[str]) -> int:
+    return await _one_box(argv, "rm", "Remove a box: stop it if needed and close its run.")
+
+
+BOX_COMMANDS = {"run": _run, "ls": _ls, "stop": _stop, "rm": _rm, "diff": _diff, "events": _events}
 
 
 def box_command(name: str, argv: list[str]) -> int:
-    """Run one box command; returns its exit status, its failure reported (as JSON when ``--json`` was asked)."""
+    """Run one daemon command; returns its exit status, its failure reported (as JSON when ``--json`` was asked)."""
+    module = COMMANDS[name]
+    table = BOX_COMMANDS if module == "boxes" else importlib.import_module(f".{module}", __package__).COMMANDS
+    command: Callable[[list[str]], Coroutine[Any, Any, int]] = table[name]
     try:
-        return asyncio.run(COMMANDS[name](argv))
+        if name in NEEDS_EVENT_LOOP:
+            import asyncio
+
+            return asyncio.run(command(argv))
+        return finish(command(argv))
     except (CliError, DaemonError) as error:
         return _fail(error, name, wants_json(argv))

@@ -382,3 +382,6 @@ async def _feed_stdin(call: Any) -> None:
     while chunk := await asyncio.to_thread(source.read1, 64 * 1024):
         await call.send_stdin(chunk)
     await call.close_stdin()
+
+
+COMMANDS = {"exec": exec_main}

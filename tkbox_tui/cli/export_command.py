@@ -205,3 +205,6 @@ def _print_result(box: str, exported: RunExport, bundle: Path, trust: Path, as_j
           f"  bundle  {safe_text(str(bundle))}\n"
           f"  trust   {safe_text(str(trust))}\n"
           f"verify with: {safe_text(command)}")
+
+
+COMMANDS = {"export": export_main}

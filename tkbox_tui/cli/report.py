@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import IO, Any, NoReturn
 
@@ -68,6 +69,17 @@ def print_unswallowed(message: str, file: IO[str] | None = None) -> None:
         (file or sys.stderr).write(message)
 
 
+def terminal_columns() -> int:
+    """The terminal's width: ``$COLUMNS``, else stdout's terminal, else 80 (``shutil.get_terminal_size``'s rule)."""
+    columns = os.environ.get("COLUMNS", "")
+    if columns.isdigit() and int(columns) > 0:
+        return int(columns)
+    try:
+        return os.get_terminal_size(sys.__stdout__.fileno()).columns or 80  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+
+
 def box_not_found(ref: str) -> CliError:
     """The one way every command says a box does not exist."""
     return CliError("not_found", f"box '{ref}' not found", "list the boxes with: tkbox ls")
@@ -91,6 +103,11 @@ class CliParser(argparse.ArgumentParser):
 
     def _print_message(self, message: str, file: IO[str] | None = None) -> None:
         print_unswallowed(message, file)
+
+    def _get_formatter(self) -> argparse.HelpFormatter:
+        """argparse's formatter, given the terminal's width as ``shutil.get_terminal_size`` measures it: argparse
+        asks shutil itself, and shutil's import (bz2, lzma, …) is a good part of a daemon command's start."""
+        return self.formatter_class(prog=self.prog, width=terminal_columns() - 2)
 
     def add_json(self, text: str = "print JSON (an error is {\"error\": {...}} on stdout)") -> None:
         self.add_argument("--json", action="store_true", help=text)

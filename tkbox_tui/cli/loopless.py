@@ -1,0 +1,82 @@
+"""Run a command's coroutine to its end without an event loop (and without importing asyncio).
+
+A ``DaemonClient`` with no loop running does its I/O on a blocking socket, so its coroutines never suspend: a
+command that awaits only such calls finishes at its first step.  That is every daemon command but ``tkbox exec``
+(signals, stdin and output at once), and it is what lets them start like a small program: ``import asyncio``
+alone costs more than the rest of ``tkbox ls``.  Ctrl+C arrives as KeyboardInterrupt wherever the command is.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Coroutine
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+
+class NeedsEventLoop(RuntimeError):
+    """The coroutine awaited something only an event loop gives (a bug: that command must run under asyncio)."""
+
+
+def finish(coroutine: Coroutine[Any, Any, T]) -> T:
+    """Step ``coroutine`` once: its result, or its exception as it is; a coroutine that suspends is closed and
+    ``NeedsEventLoop``."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise NeedsEventLoop(f"{coroutine.__qualname__} waited for an event loop; run it with asyncio.run")
+
+
+class InterruptPoints:
+    """Ctrl+C where a following command may stop: at once while it waits for the daemon (``waiting``), else held
+    until the item being shown is out (``check``), so "resume after N" never skips or repeats an item.  Outside the
+    main thread (where no signal handler can be set) Ctrl+C is left as it is."""
+
+    def __init__(self) -> None:
+        self._waiting = False
+        self._pending = False
+        self._previous: Any = None
+        self._installed = False
+
+    def __enter__(self) -> InterruptPoints:
+        import signal
+        import threading
+
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGINT, self._on_interrupt)
+            self._installed = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        import signal
+
+        if self._installed:
+            signal.signal(signal.SIGINT, self._previous)
+
+    def _on_interrupt(self, signum: int, frame: object) -> None:
+        if self._waiting:
+            raise KeyboardInterrupt
+        self._pending = True
+
+    def check(self) -> None:
+        """Stop here if Ctrl+C came while the last item was shown."""
+        if self._pending:
+            self._pending = False
+            raise KeyboardInterrupt
+
+    def waiting(self) -> _Waiting:
+        return _Waiting(self)
+
+
+class _Waiting:
+    def __init__(self, points: InterruptPoints) -> None:
+        self._points = points
+
+    def __enter__(self) -> None:
+        self._points.check()
+        self._points._waiting = True
+
+    def __exit__(self, *exc: object) -> None:
+        self._points._waiting = False
