@@ -21,7 +21,8 @@ import os
 import struct
 from pathlib import Path
 
-from tkbox_daemon.box.syscalls import CLONE_NEWUSER, MNT_DETACH, umount2, unshare, write_proc_file
+from tkbox_daemon.box.syscalls import MNT_DETACH, umount2
+from tkbox_daemon.box.userns import held_user_namespace
 
 _libc = ctypes.CDLL(None, use_errno=True)
 _libc.syscall.restype = ctypes.c_long
@@ -55,32 +56,10 @@ def _call(number: int, *args: object, what: str) -> int:
 def mapping_namespace(owner_uid: int, owner_gid: int, job_uid: int) -> int:
     """An fd of a new user namespace whose maps send ``owner_uid`` to ``job_uid`` and ``owner_gid`` to ``job_uid``
     (the jobs' gid is their uid). Blocks briefly (a fork)."""
-    ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
-    done_r, done_w = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child only holds the namespace while the parent opens it
-        status = 1
-        try:
-            os.close(ready_r)
-            os.close(done_w)
-            unshare(CLONE_NEWUSER)
-            os.write(ready_w, b"1")
-            os.read(done_r, 1)
-            status = 0
-        finally:
-            os._exit(status)
-    os.close(ready_w)
-    os.close(done_r)
     try:
-        if os.read(ready_r, 1) != b"1":
-            raise IdmapError(0, "the helper that makes the view's user namespace ended before making it")
-        write_proc_file(f"/proc/{pid}/uid_map", f"{owner_uid} {job_uid} 1\n")
-        write_proc_file(f"/proc/{pid}/gid_map", f"{owner_gid} {job_uid} 1\n")
-        return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
-    finally:
-        os.close(ready_r)
-        os.close(done_w)
-        os.waitpid(pid, 0)
+        return held_user_namespace(f"{owner_uid} {job_uid} 1\n", f"{owner_gid} {job_uid} 1\n")
+    except OSError as error:
+        raise IdmapError(error.errno or 0, f"the view's user namespace: {error}") from error
 
 
 def mount_view(source: Path, target: Path, *, owner_uid: int, owner_gid: int, job_uid: int) -> None:

@@ -30,10 +30,16 @@ def write_id_maps(pid: int, spec: BoxSpec) -> None:
 
 
 def create_user_namespace(spec: BoxSpec) -> int:
-    """A new user namespace owned by ``spec.box_uid`` with the box's two-entry maps; returns an fd of it.
+    """A new user namespace owned by ``spec.box_uid`` with the box's two-entry maps; returns an fd of it."""
+    return held_user_namespace(id_map(spec), id_map(spec), owner_uid=spec.box_uid)
 
-    A short-lived child drops to ``box_uid`` (no groups) and unshares; this process (root) writes the maps and
-    opens the namespace, which lives on as long as the returned fd is open. The child never runs anything else.
+
+def held_user_namespace(uid_map: str, gid_map: str, *, owner_uid: int | None = None) -> int:
+    """A new user namespace with these maps; returns an fd of it.
+
+    A short-lived child (first dropping to ``owner_uid`` with no groups, which makes that uid the namespace's
+    owner; else the namespace is root's) unshares; this process (root) writes the maps and opens the namespace,
+    which lives on as long as the returned fd is open. The child never runs anything else.
     """
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
@@ -43,9 +49,10 @@ def create_user_namespace(spec: BoxSpec) -> int:
         try:
             os.close(ready_r)
             os.close(done_w)
-            os.setgroups([])
-            os.setresgid(spec.box_uid, spec.box_uid, spec.box_uid)
-            os.setresuid(spec.box_uid, spec.box_uid, spec.box_uid)
+            if owner_uid is not None:
+                os.setgroups([])
+                os.setresgid(owner_uid, owner_uid, owner_uid)
+                os.setresuid(owner_uid, owner_uid, owner_uid)
             unshare(CLONE_NEWUSER)
             os.write(ready_w, b"1")
             os.read(done_r, 1)  # hold the namespace until the parent has opened it
@@ -57,7 +64,8 @@ def create_user_namespace(spec: BoxSpec) -> int:
     try:
         if os.read(ready_r, 1) != b"1":
             raise OSError("the user namespace helper ended before it made the namespace")
-        write_id_maps(pid, spec)
+        write_proc_file(f"/proc/{pid}/uid_map", uid_map)
+        write_proc_file(f"/proc/{pid}/gid_map", gid_map)
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)

@@ -68,7 +68,7 @@ def check_bundle_layout(entries: dict[str, bytes]) -> tuple[CheckResult, dict[st
     if manifest.get("format") != BUNDLE_FORMAT:
         shown = str(manifest.get("format"))[:40]
         return failed("bundle", f"format {shown!r} is not {BUNDLE_FORMAT} (not a tkbox bundle, or a newer one)"), None
-    problem = _manifest_schema_error(manifest)
+    problem = manifest_schema_error(manifest)
     if problem:
         return failed("bundle", f"manifest.json: {problem}"), None
     total = sum(len(data) for data in entries.values())
@@ -76,7 +76,7 @@ def check_bundle_layout(entries: dict[str, bytes]) -> tuple[CheckResult, dict[st
     return passed("bundle", detail), manifest
 
 
-def _manifest_schema_error(manifest: dict[str, Any]) -> str | None:
+def manifest_schema_error(manifest: dict[str, Any]) -> str | None:
     if set(manifest) != MANIFEST_FIELDS:
         return "fields are not exactly format, run_id, tree_size, files"
     if not isinstance(manifest["run_id"], str) or not _RUN_ID.fullmatch(manifest["run_id"]):

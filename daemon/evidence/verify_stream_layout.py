@@ -25,7 +25,7 @@ from .bundle_stream import (
     RUN_ENTRY,
     RUN_ENTRY_BYTES,
 )
-from .verify_checks import MAX_MANIFEST_BYTES
+from .verify_checks import MAX_MANIFEST_BYTES, manifest_schema_error
 from .verify_records import canonical_json
 from .verify_report import CheckResult, failed, passed
 from .zipread import (
@@ -44,9 +44,6 @@ GiB = 1 << 30
 STREAM_LIMITS = ZipLimits(max_entries=10_000, max_entry_bytes=RUN_ENTRY_BYTES, max_total_bytes=16 * GiB)
 MAX_FILE_BYTES = 4 * GiB  # offsets are 32 bits without zip64
 MAX_SMALL_ENTRY_BYTES = 1 * MiB  # keys.jsonl, checkpoint.note, manifest.json
-_MANIFEST_FIELDS = frozenset({"format", "run_id", "tree_size", "files"})
-_RUN_ID = re.compile(r"[A-Za-z0-9._:/-]{1,128}", re.ASCII)
-_FILE_HASH = re.compile(r"sha256:[0-9a-f]{64}", re.ASCII)
 
 
 class LayoutError(ValueError):
@@ -131,7 +128,7 @@ def check_layout(index: ZipIndex) -> tuple[CheckResult, Layout | None, dict[str,
     if manifest.get("format") != BUNDLE_FORMAT_V2:
         shown = str(manifest.get("format"))[:40]
         return failed("bundle", f"format {shown!r} is not {BUNDLE_FORMAT_V2}"), None, None
-    problem = _manifest_schema_error(manifest)
+    problem = manifest_schema_error(manifest)
     if problem:
         return failed("bundle", f"manifest.json: {problem}"), None, None
     total = sum(entry.size for entry in index.entries.values())
@@ -200,19 +197,6 @@ def _layout(index: ZipIndex) -> Layout:
                               f"exactly {NODE_ENTRY_BYTES} bytes unless it is the last")
     node_count = sum(index.size(name) for name in nodes) // NODE_SIZE
     return Layout(runs, nodes, policies, node_count)
-
-
-def _manifest_schema_error(manifest: dict[str, Any]) -> str | None:
-    if set(manifest) != _MANIFEST_FIELDS:
-        return "fields are not exactly format, run_id, tree_size, files"
-    if not isinstance(manifest["run_id"], str) or not _RUN_ID.fullmatch(manifest["run_id"]):
-        return "run_id is not a valid run id"
-    if type(manifest["tree_size"]) is not int or manifest["tree_size"] < 1:
-        return "tree_size is not a positive integer"
-    files = manifest["files"]
-    if not isinstance(files, dict) or not all(isinstance(v, str) and _FILE_HASH.fullmatch(v) for v in files.values()):
-        return "files is not an object of sha256:<hex> hashes"
-    return None
 
 
 def entry_digest(data: bytes) -> str:
