@@ -106,7 +106,7 @@ def _global_links_hold(facts: list[RecordFacts]) -> bool:
     steps = list(map(sub, seqs[1:], seqs))
     if not all(map(gt, steps, repeat(0))):  # not increasing
         return False
-    if seqs and seqs[0] == 0 and prev_hashes[0] != ZERO_HASH:
+    if seqs and (seqs[0] < 0 or (seqs[0] == 0 and prev_hashes[0] != ZERO_HASH)):  # seq 0 not first: look closer
         return False
     breaks = list(compress(range(1, len(seqs)), map(ne, steps, repeat(1))))  # where seqs are not consecutive
     # Within each run of consecutive seqs, each prev_hash is the hash before it.
