@@ -4,12 +4,14 @@ named and planned to write nothing there."""
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
 import tempfile
 from pathlib import Path
 
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tests.patch_trees import guest_patch, write_tree
@@ -42,8 +44,24 @@ def _utf8(tree: dict[bytes, TreeEntry]) -> bool:
     return True
 
 
+def _git_applies(patch: bytes, tree: dict[bytes, TreeEntry]) -> bool:
+    """Whether git itself applies ``patch`` to ``tree`` in a plain work tree (no config, no attributes)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        write_tree(Path(tmp), tree)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": tmp, "GIT_CONFIG_NOSYSTEM": "1",
+               "GIT_CONFIG_GLOBAL": os.devnull}
+        subprocess.run(["git", "init", "-q", tmp], check=True, env=env)
+        return subprocess.run(["git", "-C", tmp, "apply", "--check", "-"], input=patch, env=env,
+                              capture_output=True).returncode == 0
+
+
+LOOP = TreeEntry(MODE_LINK, b'q"t')
+EMPTY = TreeEntry(0o100644, b"")
+
+
 @settings(SETTINGS, max_examples=30)
 @given(tree_pairs())
+@example(({b"-d": EMPTY, b'q"t': LOOP, b"a/a/a": EMPTY}, {b"-d": EMPTY, b"a/a/a": EMPTY, b'q"t/a': EMPTY}))
 def test_the_checkout_ends_as_the_box_did_and_as_git_does_in_scratch(pair):
     old, new = pair
     patch = guest_patch(old, new)
@@ -57,7 +75,13 @@ def test_the_checkout_ends_as_the_box_did_and_as_git_does_in_scratch(pair):
         write_tree(checkout, old)
         reading = read_box_patch(patch, base, checkout)
         assert all(plan.checkout == MATCHES for plan in reading.plans), [plan.checkout for plan in reading.plans]
-        assert check_scratch_result(reading, reading.plans) == ""
+        refusal = check_scratch_result(reading, reading.plans)
+        if refusal:
+            # The one refusal allowed: git's own, for a patch git cannot apply even to the tree it was made from
+            # (a symlink looping on itself replaced by a directory: git reads attributes through the loop and
+            # fails). Apply then writes nothing and says git refused.
+            assert "[git-apply-refuses]" in refusal and not _git_applies(patch, old), refusal
+            return
         report = write_checkout(checkout, [change for plan in reading.plans for change in plan.changes])
         assert report.ok, report.message()
         written = read_tree(checkout)
