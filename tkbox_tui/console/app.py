@@ -97,7 +97,7 @@ class ConsoleApp(LifecycleMixin, ApprovalActionsMixin, KeyRoutingMixin, ThemeMix
         self.set_keymap(self.user_keymap)
 
     def get_default_screen(self) -> Screen[Any]:
-        self._main_screen = MainScreen(self.settings.event_ring)
+        self._main_screen = MainScreen(self.settings.event_ring, cursor_blink=self.settings.cursor_blink)
         return self._main_screen
 
     @property

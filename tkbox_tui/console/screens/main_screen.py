@@ -26,9 +26,10 @@ class MainScreen(Screen[None]):
 
     BINDINGS = bindings_for("main")
 
-    def __init__(self, event_ring: int) -> None:
+    def __init__(self, event_ring: int, *, cursor_blink: bool = True) -> None:
         super().__init__(id="main")
         self.event_ring = event_ring
+        self.cursor_blink = cursor_blink
 
     def compose(self) -> ComposeResult:
         yield Static("tkbox", id="connection-banner")
@@ -44,7 +45,9 @@ class MainScreen(Screen[None]):
             yield EventLog(self.event_ring, id="event-log")
             yield Static("", id="follow-status")
         yield ExecPanel(id="exec-panel")
-        yield CommandBar(id="command-bar")
+        command_bar = CommandBar(id="command-bar")
+        command_bar.cursor_blink = self.cursor_blink
+        yield command_bar
         yield ConsoleFooter()
 
     def on_mount(self) -> None:
