@@ -21,11 +21,8 @@ import os
 import struct
 from pathlib import Path
 
-from tkbox_daemon.box.syscalls import MNT_DETACH, umount2
+from tkbox_daemon.box.syscalls import MNT_DETACH, raw_syscall, umount2
 from tkbox_daemon.box.userns import held_user_namespace
-
-_libc = ctypes.CDLL(None, use_errno=True)
-_libc.syscall.restype = ctypes.c_long
 
 SYS_OPEN_TREE = 428
 SYS_MOVE_MOUNT = 429
@@ -46,11 +43,10 @@ class IdmapError(OSError):
 
 
 def _call(number: int, *args: object, what: str) -> int:
-    result = _libc.syscall(ctypes.c_long(number), *args)
+    result, error = raw_syscall(number, *args)
     if result < 0:
-        error = ctypes.get_errno()
         raise IdmapError(error, f"{what}: {os.strerror(error)}")
-    return int(result)
+    return result
 
 
 def mapping_namespace(owner_uid: int, owner_gid: int, job_uid: int) -> int:

@@ -65,6 +65,12 @@ def _b(value: str | bytes | None) -> bytes | None:
     return os.fsencode(value) if isinstance(value, str) else value
 
 
+def raw_syscall(number: int, *args: object) -> tuple[int, int]:
+    """A system call by number (for calls libc has no wrapper for): its result, and errno when it failed."""
+    result = int(_libc.syscall(ctypes.c_long(number), *args))
+    return result, (ctypes.get_errno() if result < 0 else 0)
+
+
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), f"unshare({flags:#x})")
 
