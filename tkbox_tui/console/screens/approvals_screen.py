@@ -27,6 +27,7 @@ from ...terminal_text import safe_text
 from ..approval_text import INBOX_COLUMNS, detail_lines, inbox_cells
 from ..keymap import bindings_for
 from ..widgets.console_footer import ConsoleFooter
+from ..widgets.sized_table import SizedTable
 
 STATE_TOKENS = {"pending": "verdict-ask", "approved": "verdict-allow", "rejected": "verdict-deny",
                 "expired": "verdict-deny", "withdrawn": "box-stopped", "lost": "box-failed"}
@@ -58,7 +59,7 @@ class ApprovalsScreen(Screen[None]):
 
     def compose(self) -> ComposeResult:
         yield Label("Approvals", id="inbox-title")
-        yield DataTable(id="inbox-table", cursor_type="row", zebra_stripes=False)
+        yield SizedTable(id="inbox-table")
         with VerticalScroll(id="inbox-detail-scroll", can_focus=False):
             yield self._detail
         yield ConsoleFooter()

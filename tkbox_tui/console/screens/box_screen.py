@@ -38,6 +38,7 @@ from ..page_text import (
     output_lines,
 )
 from ..widgets.console_footer import ConsoleFooter
+from ..widgets.sized_table import SizedTable
 from .clipboard import copy_escaped
 from .confirm_modal import ConfirmModal
 
@@ -87,8 +88,8 @@ class BoxScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label(self._title(), id="box-page-title")
         yield Label("Remembered approvals (d forgets the selected one)", id="remembered-title", classes="-no-rules")
-        yield DataTable(id="remembered-table", cursor_type="row", zebra_stripes=False, classes="-no-rules")
-        table: DataTable[Any] = DataTable(id="exec-table", cursor_type="row", zebra_stripes=False)
+        yield SizedTable(id="remembered-table", classes="-no-rules")
+        table = SizedTable(id="exec-table")
         yield table
         yield Static(Text("reading the box's execs…"), id="exec-detail")
         yield Log(id="exec-page-output", max_lines=OUTPUT_LINES, auto_scroll=False)

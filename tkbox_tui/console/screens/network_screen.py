@@ -38,6 +38,7 @@ from ..network_text import (
     title_text,
 )
 from ..widgets.console_footer import ConsoleFooter
+from ..widgets.sized_table import SizedTable
 from .clipboard import copy_escaped
 
 REDRAW_EVERY = 0.25
@@ -75,7 +76,7 @@ class NetworkScreen(Screen[None]):
     def compose(self) -> ComposeResult:
         yield Label("Network", id="network-title")
         yield Static("", id="network-note")
-        yield DataTable(id="network-table", cursor_type="row", zebra_stripes=False)
+        yield SizedTable(id="network-table")
         with VerticalScroll(id="network-detail-scroll", can_focus=False):
             yield self._detail
         yield ConsoleFooter()

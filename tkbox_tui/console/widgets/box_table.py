@@ -11,18 +11,17 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime
-from typing import Any
 
 from textual.message import Message
-from textual.widgets import DataTable
 
 from tkbox_daemon.wire import BoxInfo
 
 from ..keymap import bindings_for
 from ..present import BOX_COLUMNS, box_cells, last_event_cell, rich_markup_literal, state_cell
+from .sized_table import SizedTable
 
 
-class BoxTable(DataTable[object]):
+class BoxTable(SizedTable):
     """Boxes keyed by id; ``sync`` applies a new picture of the boxes with ``update_cell``/``add_row``/``remove_row``."""
 
     BINDINGS = bindings_for("boxes")
@@ -40,7 +39,7 @@ class BoxTable(DataTable[object]):
         box_id: str | None
 
     def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
+        super().__init__(**kwargs)
         self._shown_cells: dict[str, tuple[str, ...]] = {}
 
     def on_mount(self) -> None:
@@ -69,25 +68,6 @@ class BoxTable(DataTable[object]):
                         self.update_cell(box_id, column, value, update_width=True)
             self._shown_cells[box_id] = cells
 
-    # Textual (8.2.8, pinned) sizes columns for added rows and updated cells when the table is next idle, but a row
-    # drawn in between stays in its render cache at the old width (the cache key does not change with a column's
-    # width): ``exec.finished`` stayed cut to ``exec.finish``, and after a reconnect ``stopped`` to ``stopp`` (the
-    # header's width), on a loaded machine. So each of its two width updates clears the caches when a width changed.
-    def _update_column_widths(self, updated_cells: set[Any]) -> None:
-        widths = self._column_widths()
-        super()._update_column_widths(updated_cells)
-        if self._column_widths() != widths:
-            self._clear_caches()
-
-    def _update_dimensions(self, new_rows: Any) -> None:
-        widths = self._column_widths()
-        super()._update_dimensions(new_rows)
-        if self._column_widths() != widths:
-            self._clear_caches()
-
-    def _column_widths(self) -> dict[Any, int]:
-        return {key: column.content_width for key, column in self.columns.items()}
-
     def recolour(self, theme_variables: dict[str, str]) -> None:
         """Re-render the coloured cells (state, last event) after a theme change."""
         for box_id, cells in self._shown_cells.items():
@@ -101,7 +81,7 @@ class BoxTable(DataTable[object]):
         self.move_cursor(row=self.get_row_index(box_id))
         return True
 
-    def on_data_table_row_highlighted(self, event: DataTable.RowHighlighted) -> None:
+    def on_data_table_row_highlighted(self, event: SizedTable.RowHighlighted) -> None:
         event.stop()
         self.post_message(self.BoxHighlighted(str(event.row_key.value) if event.row_key else None))
 

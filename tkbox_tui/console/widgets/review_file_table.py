@@ -2,20 +2,16 @@
 
 from __future__ import annotations
 
-from textual.widgets import DataTable
-
 from ..keymap import bindings_for
+from .sized_table import SizedTable
 
 
-class ReviewFileTable(DataTable[object]):
+class ReviewFileTable(SizedTable):
     """Enter (``review.diff``) takes the focus into the diff: the table's own select, which posts ``RowSelected``."""
 
     BINDINGS = bindings_for("review_files")
     KEY_SCOPE = "review_files"
     HELP_PANE = "files"
-
-    def __init__(self, **kwargs: object) -> None:
-        super().__init__(cursor_type="row", zebra_stripes=False, **kwargs)  # type: ignore[arg-type]
 
     def cursor_path(self) -> str | None:
         """The path of the row under the cursor now (keys typed together arrive before the highlight message)."""
