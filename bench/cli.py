@@ -4,7 +4,9 @@ the daemon, output, exit), against ``python -c pass`` on the same interpreter, i
     .venv/bin/python bench/cli.py [--runs 15] [--backend bwrap|ns] [--before DIR]
 
 Runs as root (a box needs it).  Starts its own signer (``tkbox signer up``), daemon (``tkbox daemon``) and one box
-in throwaway directories (HOME and XDG_* point there), as e2e/conftest.py does; stops them at the end.  Prints the
+in throwaway directories (HOME and XDG_* point there), as e2e/conftest.py does; stops them at the end.  The
+commands run with ``.pyc`` files written (``PYTHONDONTWRITEBYTECODE`` dropped), as on a user's machine: without
+them every module changed since its last ``.pyc`` is compiled again on each start.  Prints the
 median of each command and its ratio to the baseline's median (goals: ``ls --json`` <= 2x, ``exec BOX -- true``
 <= 3x), plus ``python -I -S -c pass`` (no site-packages at all) for reference.
 
@@ -46,7 +48,7 @@ def isolated_env(base: Path) -> dict[str, str]:
         folder.mkdir(parents=True)
     os.chmod(runtime, 0o700)
     env = {key: value for key, value in os.environ.items()
-           if not key.startswith(("TKBOX_", "XDG_"))}
+           if not key.startswith(("TKBOX_", "XDG_")) and key != "PYTHONDONTWRITEBYTECODE"}
     env.update(HOME=str(home), XDG_DATA_HOME=str(home / ".local/share"), XDG_CONFIG_HOME=str(home / ".config"),
                XDG_STATE_HOME=str(home / ".local/state"), XDG_RUNTIME_DIR=str(runtime))
     return env

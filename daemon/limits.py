@@ -5,14 +5,14 @@ A refusal for a limit names the limit and quotes its ``how_to_raise``.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from .wire_record import record
 
 KIB = 1024
 MIB = 1024 * KIB
 GIB = 1024 * MIB
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Limit:
     name: str
     default: int

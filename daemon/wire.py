@@ -11,8 +11,9 @@ from __future__ import annotations
 import base64
 import binascii
 import os
-from dataclasses import asdict, dataclass, field
 from typing import Any
+
+from .wire_record import as_dict, field, record
 
 API_VERSION = "v1"
 
@@ -41,7 +42,7 @@ EVENT_KINDS = frozenset(
 history it keeps, or lost to a damaged history file); ``data``: ``first``, ``last`` (its own ``seq``) and ``reason``."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class Event:
     seq: int
     time: str
@@ -50,7 +51,7 @@ class Event:
     data: dict[str, Any] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_json(cls, value: Any) -> Event:
@@ -66,7 +67,7 @@ class Event:
 EVENT_PAGE_FIELDS = frozenset({"events", "last_seq", "first_kept", "more"})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class EventPage:
     """One page of the event history (``GET /v1/events/page?before=SEQ&limit=N&box=ID``): the last ``limit`` events
     before ``before`` (the newest without it), oldest first; ``last_seq``: the daemon's newest sequence number when
@@ -93,7 +94,7 @@ class EventPage:
         return cls(events, value["last_seq"], value["first_kept"], value["more"])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class SecretBinding:
     """A secret as the API shows it: its name and bound hosts, never its value."""
 
@@ -102,7 +103,7 @@ class SecretBinding:
     header: str = "Authorization"
 
 
-@dataclass
+@record
 class BoxInfo:
     id: str
     name: str
@@ -132,7 +133,7 @@ class BoxInfo:
     inspect: str = "bound"  # the egress proxy's inspect mode (settings.INSPECT_MODES)
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_json(cls, value: dict[str, Any]) -> BoxInfo:
@@ -140,7 +141,7 @@ class BoxInfo:
         return cls(**{k: v for k, v in value.items() if k in known})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RunExport:
     """A box's run as its last export gave it (``POST /v1/boxes/{box}/export``; ``BoxInfo.exported``; the event
     ``box.exported``): the run, the bundle's SHA-256 (``sha256:<hex>``) and size, and when (RFC 3339 UTC). A run
@@ -152,7 +153,7 @@ class RunExport:
     exported_at: str
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_json(cls, value: Any) -> RunExport:
@@ -178,7 +179,7 @@ ran); ``failed`` (allowed, but the host ended it or it never started: ``error`` 
 ended before the command did, so neither its end nor the output it held in memory is known)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class OutputTail:
     """What the daemon kept of one output stream of an exec: the last ``kept`` of ``total`` bytes written."""
 
@@ -201,7 +202,7 @@ class OutputTail:
         return cls(value["kept"], value["total"])
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExecInfo:
     """One exec of a box as its page lists it (``GET /v1/boxes/{box}/execs``).
 
@@ -268,7 +269,7 @@ class ExecInfo:
         return cls(**known)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ExecOutput:
     """One exec with the output the daemon kept (``GET /v1/boxes/{box}/execs/{id}``): box-controlled bytes, to be
     shown escaped (``tkbox_tui/terminal_text.py``).  On the wire the bytes are base64."""
@@ -307,7 +308,7 @@ pending, or the signer refused to keep its answer's record (the action is refuse
 ``approved`` lets the action run."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ApprovalInfo:
     """One approval as the API, the CLI and the console show it (``GET /v1/approvals``; events
     ``approval.pending``/``approval.answered``/``approval.expired`` carry it as ``data["approval"]``).
@@ -375,7 +376,7 @@ class ApprovalInfo:
         return cls(**known)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class RememberedRule:
     """"Approve and remember": for the rest of its box's life, an ``ask`` of the same program whose rule ids are
     all remembered for it is approved without a person (each such approval is still recorded). Listed on the box
@@ -389,7 +390,7 @@ class RememberedRule:
     created_at: str
 
     def to_json(self) -> dict[str, Any]:
-        return asdict(self)
+        return as_dict(self)
 
     @classmethod
     def from_json(cls, value: Any) -> RememberedRule:

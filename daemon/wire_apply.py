@@ -11,8 +11,9 @@ come from the box: show them escaped, as every box byte is.
 
 from __future__ import annotations
 
-from dataclasses import asdict, dataclass
 from typing import Any
+
+from .wire_record import as_dict, record
 
 FILE_ACTIONS = ("add", "modify", "delete", "mode", "rename", "copy", "symlink")
 """What the patch does to a file: ``mode`` changes only its mode; ``symlink`` adds, changes or removes a symlink."""
@@ -28,7 +29,7 @@ REPORT_STATUSES = ("dry_run", "applied", "refused", "partial")
 files say which were written, rolled back or not)."""
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ApplyFile:
     """One file of the patch. ``sensitive`` is "" or why the file needs ``allow_sensitive`` (docs/apply.md);
     ``verdict``/``rule_ids``/``reason``/``hint`` are the policy's (a preview in a dry run, the signer's recorded
@@ -56,7 +57,7 @@ class ApplyFile:
     outcome_reason: str = ""
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         out["rule_ids"] = list(self.rule_ids)
         return out
 
@@ -85,7 +86,7 @@ class ApplyFile:
         return cls(**known)
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class ApplyReport:
     """What an apply did (or, for a dry run, would do). ``reason`` and ``hint`` say why it was refused and what to
     do; ``run_id`` is the run its decisions were recorded in ("" for a dry run)."""
@@ -104,7 +105,7 @@ class ApplyReport:
         return [file for file in self.files if file.outcome == "written"]
 
     def to_json(self) -> dict[str, Any]:
-        out = asdict(self)
+        out = as_dict(self)
         out["files"] = [file.to_json() for file in self.files]
         return out
 

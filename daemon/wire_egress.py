@@ -4,11 +4,12 @@ library only, like ``wire``): a box's allowlist as it is now, and the answer to 
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
 
+from .wire_record import field, record
 
-@dataclass(frozen=True)
+
+@record(frozen=True)
 class AllowlistInfo:
     """A box's egress allowlist as it is now (``GET /v1/boxes/{box}/allowlist``; ``BoxInfo.allow`` holds the same
     entries): ``entries`` in order, each as written (``host``, ``host:port``, ``*.host``, an IP address, ``!`` before
@@ -40,7 +41,7 @@ class AllowlistInfo:
                    {name: list(addresses) for name, addresses in resolve.items()})
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class AllowlistChangeInfo:
     """The answer to a change of a box's allowlist (``POST /v1/boxes/{box}/allowlist`` with ``allow``, ``block`` or
     ``set``; the event ``egress.allowlist`` carries the same fields but ``would_let_through``): the ``action``, who

@@ -8,13 +8,14 @@ backends works). ``found`` says what the host has, ``fix`` what to do about it (
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
 from typing import Any
+
+from .wire_record import field, record
 
 STATUSES = ("ok", "degraded", "missing")
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostCheck:
     name: str
     status: str
@@ -39,7 +40,7 @@ class HostCheck:
         return cls(value["name"], value["status"], value["found"], value["fix"], dict(detail))
 
 
-@dataclass(frozen=True)
+@record(frozen=True)
 class HostReport:
     """``backend``: the backend a daemon would use here ("" when none works); ``summary``: one line for
     ``tkbox up``; ``host``: the distribution and kernel."""

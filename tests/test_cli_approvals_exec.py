@@ -8,7 +8,6 @@ Nothing sleeps: every wait reads until the expected bytes arrive, with a deadlin
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pty
@@ -17,14 +16,15 @@ import select
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import pytest
 
 from tests.approvals_fake_api import ME, fake_daemon
-from tkbox_daemon.tasks import spawn
-from tkbox_tui.cli.exec_command import EXIT_DENIED, ExecResult, _drive_exec
+from tests.exec_fakes import ScriptedExec
+from tkbox_tui.cli.exec_command import EXIT_DENIED, ExecResult, drive_exec
 from tkbox_tui.cli.exec_held import PROMPT
 from tkbox_tui.cli.report import EXIT_BROKEN_PIPE, EXIT_INTERRUPTED, CliError
 
@@ -45,37 +45,12 @@ def fake(tmp_path):
 # -- in process: the messages of a held exec -------------------------------------------------------------------
 
 
-class _ScriptedExec:
-    """An exec whose daemon side is a list of messages; ``None`` in the list waits until the test says go."""
-
-    def __init__(self, messages: list) -> None:
-        self.script = messages
-        self.go = asyncio.Event()
-        self.waiting = asyncio.Event()
-        self.signals: list[str] = []
-        self.closed = False
-
-    async def messages(self):
-        for message in self.script:
-            if message is None:
-                self.waiting.set()
-                await self.go.wait()
-                continue
-            yield message
-
-    async def signal(self, name: str) -> None:
-        self.signals.append(name)
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-async def test_a_held_exec_says_how_to_approve_it_then_runs_once_approved(capfd):
-    call = _ScriptedExec([ASK, {"type": "held", "approval_id": "apr-00000000000000aa",
+def test_a_held_exec_says_how_to_approve_it_then_runs_once_approved(capfd):
+    call = ScriptedExec([ASK, {"type": "held", "approval_id": "apr-00000000000000aa",
                                 "expires_at": "2025-03-01T11:02:00Z"},
                           {"type": "approved", "approval_id": "apr-00000000000000aa", "by": "uid 0 (root)"},
                           {"type": "started", "stdin_window": 0}, (1, b"ok\n"), {"type": "exit", "exit_code": 3}])
-    assert await _drive_exec(call, stream=False) == 3
+    assert drive_exec(call, stream=False) == 3
     out, err = capfd.readouterr()
     assert out == "ok\n"
     assert err == ("tkbox: held for a person's approval: TK-A001 privilege — approve with: tkbox approve "
@@ -83,39 +58,42 @@ async def test_a_held_exec_says_how_to_approve_it_then_runs_once_approved(capfd)
                    "tkbox: approved by uid 0 (root); running it\n")
 
 
-async def test_a_held_exec_that_is_rejected_ends_126_with_the_daemons_reason(capfd):
-    call = _ScriptedExec([ASK, {"type": "held", "approval_id": "apr-1", "expires_at": "2025-03-01T11:02:00Z"},
+def test_a_held_exec_that_is_rejected_ends_126_with_the_daemons_reason(capfd):
+    call = ScriptedExec([ASK, {"type": "held", "approval_id": "apr-1", "expires_at": "2025-03-01T11:02:00Z"},
                           {"type": "denied", "exit_code": 126, "approval_id": "apr-1", "state": "rejected",
                            "reason": "rejected by uid 0 (root): no"}])
-    assert await _drive_exec(call, stream=False) == EXIT_DENIED
+    assert drive_exec(call, stream=False) == EXIT_DENIED
     assert capfd.readouterr().err.splitlines()[1] == "tkbox: not approved (rejected): rejected by uid 0 (root): no"
 
 
-async def test_the_json_result_of_a_held_exec_says_how_its_approval_ended(capfd):
+def test_the_json_result_of_a_held_exec_says_how_its_approval_ended(capfd):
     held = {"type": "held", "approval_id": "apr-1", "expires_at": "2025-03-01T11:02:00Z"}
-    expired = _ScriptedExec([ASK, held, {"type": "denied", "exit_code": 126, "approval_id": "apr-1",
+    expired = ScriptedExec([ASK, held, {"type": "denied", "exit_code": 126, "approval_id": "apr-1",
                                          "state": "expired", "reason": "nobody answered within 120 s"}])
-    assert await _drive_exec(expired, stream=False, collected=ExecResult("web", ["sudo", "true"])) == EXIT_DENIED
+    assert drive_exec(expired, stream=False, collected=ExecResult("web", ["sudo", "true"])) == EXIT_DENIED
     result = json.loads(capfd.readouterr().out)
     assert result["approval"] == {"id": "apr-1", "expires_at": "2025-03-01T11:02:00Z", "state": "expired",
                                   "reason": "nobody answered within 120 s"}
     assert result["exit_code"] == 126 and result["decision"]["decision"] == "ask" and result["exit"] is None
-    approved = _ScriptedExec([ASK, held, {"type": "approved", "approval_id": "apr-1", "by": "uid 0 (root)"},
+    approved = ScriptedExec([ASK, held, {"type": "approved", "approval_id": "apr-1", "by": "uid 0 (root)"},
                               {"type": "started", "stdin_window": 0}, {"type": "exit", "exit_code": 0}])
-    assert await _drive_exec(approved, stream=False, collected=ExecResult("web", ["sudo", "true"])) == 0
+    assert drive_exec(approved, stream=False, collected=ExecResult("web", ["sudo", "true"])) == 0
     out, err = capfd.readouterr()
     assert json.loads(out)["approval"] == {"id": "apr-1", "expires_at": "2025-03-01T11:02:00Z",
                                            "state": "approved", "by": "uid 0 (root)"}
     assert err.startswith("tkbox: held for a person's approval:") and err.count("\n") == 1  # the held line only
 
 
-async def test_ctrl_c_while_held_withdraws_instead_of_signalling_a_command_that_never_started():
-    call = _ScriptedExec([ASK, {"type": "held", "approval_id": "apr-1", "expires_at": ""}, None])
-    driving = spawn(_drive_exec(call, stream=False), name="drive-held-exec")
-    await asyncio.wait_for(call.waiting.wait(), WAIT)
-    os.kill(os.getpid(), signal.SIGINT)
+def test_ctrl_c_while_held_withdraws_instead_of_signalling_a_command_that_never_started():
+    call = ScriptedExec([ASK, {"type": "held", "approval_id": "apr-1", "expires_at": ""}, None])
+
+    def operator() -> None:  # the driver runs in the main thread, where the signal is delivered
+        assert call.waiting.wait(WAIT)
+        os.kill(os.getpid(), signal.SIGINT)
+
+    threading.Thread(target=operator, daemon=True).start()
     with pytest.raises(CliError) as raised:
-        await asyncio.wait_for(driving, WAIT)
+        drive_exec(call, stream=False)
     assert raised.value.status == EXIT_INTERRUPTED and raised.value.hint == "the approval apr-1 is withdrawn; nothing ran"
     assert call.closed and call.signals == []  # closing the exec is what withdraws it
 

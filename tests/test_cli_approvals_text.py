@@ -4,7 +4,6 @@ escape sequence or invisible character reaches the terminal raw."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import io
 from dataclasses import replace
@@ -13,6 +12,7 @@ from datetime import UTC, datetime
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.exec_fakes import ScriptedExec
 from tkbox_daemon.wire import APPROVAL_STATES, ApprovalInfo, Event
 from tkbox_tui.cli.approval_text import (
     answered_line,
@@ -22,7 +22,7 @@ from tkbox_tui.cli.approval_text import (
     event_approval,
     event_line,
 )
-from tkbox_tui.cli.exec_command import _drive_exec
+from tkbox_tui.cli.exec_command import drive_exec
 from tkbox_tui.cli.exec_held import approved_line, held_line, not_approved_line
 from tkbox_tui.terminal_text import HIDDEN_RANGES
 
@@ -135,18 +135,6 @@ def test_no_field_of_a_held_exec_message_reaches_the_terminal_raw(decision, mess
         assert not _shown(text), text
 
 
-class _ScriptedExec:
-    def __init__(self, messages: list) -> None:
-        self.script = messages
-
-    async def messages(self):
-        for message in self.script:
-            yield message
-
-    async def close(self) -> None:
-        return None
-
-
 @given(messages, messages, messages, st.sampled_from(["approved", "denied"]))
 def test_what_a_held_exec_writes_on_stderr_is_escaped_whatever_the_daemon_sends(decision, held, answer, ending):
     script = [{**decision, "type": "decision"}, {**held, "type": "held"},
@@ -154,5 +142,5 @@ def test_what_a_held_exec_writes_on_stderr_is_escaped_whatever_the_daemon_sends(
               {"type": "exit", "exit_code": 0}]
     stderr = io.StringIO()
     with contextlib.redirect_stderr(stderr):
-        asyncio.run(_drive_exec(_ScriptedExec(script), stream=False))
+        drive_exec(ScriptedExec(script), stream=False)
     assert stderr.getvalue() and not _shown(stderr.getvalue())

@@ -18,6 +18,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.daemon_harness import make_workspace, run_exec, running_daemon
+from tests.exec_fakes import ScriptedExec
 from tkbox_daemon.wire import BoxInfo, Event
 from tkbox_tui.cli import boxes as cli
 from tkbox_tui.cli.boxes import event_text_line
@@ -145,28 +146,14 @@ def test_an_event_line_holds_no_hidden_character_whatever_the_event_carries(data
     assert not set(line) & (HIDDEN_BUT_NEWLINE | {"\n"})
 
 
-class _ScriptedExec:
-    """An exec whose daemon side is a list of messages (for ``_drive_exec``)."""
-
-    def __init__(self, messages: list) -> None:
-        self.script = messages
-
-    async def messages(self):
-        for message in self.script:
-            yield message
-
-    async def close(self) -> None:
-        return None
-
-
-async def test_exec_output_stays_raw_but_its_decision_messages_are_escaped(capfdbinary):
-    call = _ScriptedExec([
+def test_exec_output_stays_raw_but_its_decision_messages_are_escaped(capfdbinary):
+    call = ScriptedExec([
         {"type": "decision", "verdict": "flag", "rule_ids": ["TK-F1\x1b[2K"], "reason": "quoted \x1b]52;c;QQ==\x07"},
         {"type": "started", "stdin_window": 0},
         (1, b"\x1b[31mred\x1b[0m\n"),
         {"type": "denied", "rule_ids": ["TK-D1"], "reason": "because \u202eesrever", "hint": "try \x9b2J"},
     ])
-    assert await cli._drive_exec(call, stream=False) == cli.EXIT_DENIED
+    assert cli.drive_exec(call, stream=False) == cli.EXIT_DENIED
     out, err = capfdbinary.readouterr()
     assert out == b"\x1b[31mred\x1b[0m\n"  # the command's own output, as docker exec writes it
     assert b"\x1b" not in err and b"\x07" not in err and "\u202e".encode() not in err and b"\xc2\x9b" not in err

@@ -10,6 +10,7 @@ import json
 import os
 import signal
 import socket
+import threading
 from pathlib import Path
 
 import pytest
@@ -214,41 +215,27 @@ def test_up_without_a_terminal_is_refused_before_anything_starts(monkeypatch, ca
     assert "add --no-console" in capsys.readouterr().err and started == []
 
 
-class _SilentExec:
-    """An exec whose daemon never answers again: only Ctrl+C can end the wait."""
+def test_ctrl_c_interrupts_the_command_then_kills_it_then_stops_waiting():
+    from tests.exec_fakes import ScriptedExec
+    from tkbox_tui.cli.exec_command import drive_exec
 
-    def __init__(self) -> None:
-        self.listening = asyncio.Event()
-        self.signalled = asyncio.Event()
-        self.signals: list[str] = []
-        self.closed = False
+    call = ScriptedExec([None])  # a daemon that never answers again: only Ctrl+C ends the wait
+    seen: list[list[str]] = []
 
-    async def messages(self):
-        self.listening.set()
-        await asyncio.Event().wait()
-        yield {}
-
-    async def signal(self, name: str) -> None:
-        self.signals.append(name)
-        self.signalled.set()
-
-    async def close(self) -> None:
-        self.closed = True
-
-
-async def test_ctrl_c_interrupts_the_command_then_kills_it_then_stops_waiting():
-    from tkbox_tui.cli.exec_command import _drive_exec
-
-    call = _SilentExec()
-    driving = spawn(_drive_exec(call, stream=False), name="drive-exec")
-    await asyncio.wait_for(call.listening.wait(), 30)
-    for expected in (["INT"], ["INT", "KILL"]):
-        call.signalled.clear()
+    def operator() -> None:  # the driver runs in the main thread, where the signal is delivered
+        assert call.waiting.wait(30)
+        for _ in range(2):
+            call.signalled.clear()
+            os.kill(os.getpid(), signal.SIGINT)
+            assert call.signalled.wait(30)
+            seen.append(list(call.signals))
         os.kill(os.getpid(), signal.SIGINT)
-        await asyncio.wait_for(call.signalled.wait(), 30)
-        assert call.signals == expected
-    os.kill(os.getpid(), signal.SIGINT)
-    assert await asyncio.wait_for(driving, 30) == EXIT_INTERRUPTED and call.closed
+
+    helper = threading.Thread(target=operator, daemon=True)
+    helper.start()
+    assert drive_exec(call, stream=False) == EXIT_INTERRUPTED and call.closed
+    helper.join(30)
+    assert seen == [["INT"], ["INT", "KILL"]]
 
 
 @pytest.mark.parametrize("ref", ["a/b", "x?y=1", "p#q", "sp ace", "%2e%2e", "ü", "..x"])

@@ -1,6 +1,7 @@
 """The commands an agent calls in a loop import only what they need: each runs in a fresh interpreter against a small
 canned daemon, and what it imported is checked (no aiohttp, Textual, cryptography, policy or evidence code; and for
-every command but ``exec``, not even asyncio: they run without an event loop, see ``tkbox_tui.cli.loopless``)."""
+every command, ``exec`` too, not even asyncio: they run without an event loop, see ``tkbox_tui.cli.loopless`` and
+``exec_driver``; nor ``dataclasses``, which the wire schema's records do without)."""
 
 from __future__ import annotations
 
@@ -16,7 +17,8 @@ import pytest
 
 NEVER = ("aiohttp", "textual", "rich", "cryptography", "nacl", "yaml", "watchfiles", "re2",
          "tkbox_daemon.policy", "tkbox_daemon.evidence", "tkbox_daemon.signer", "tkbox_daemon.boxes",
-         "tkbox_tui.console")
+         "tkbox_tui.console",
+         "dataclasses", "h11", "wsproto")  # ~11 ms (inspect, ast, dis, tokenize), and the libraries that import it
 NO_LOOP = ("asyncio", "ssl", "concurrent.futures")
 
 # What the canned daemon answers, by request line; anything else is a 404 in the daemon's error shape.
@@ -35,7 +37,7 @@ COMMANDS = [
     (["approve", "apr-1", "--json"], 2, NO_LOOP),
     (["reject", "apr-1"], 2, NO_LOOP),
     (["--version"], 0, NO_LOOP),
-    (["exec", "b1", "--", "true"], 2, ()),  # the canned daemon knows no box: refused after the WebSocket's 404
+    (["exec", "b1", "--", "true"], 2, NO_LOOP),  # the canned daemon knows no box: refused after the WebSocket's 404
 ]
 
 PROBE = """
@@ -92,3 +94,17 @@ def test_a_loop_command_imports_only_what_it_needs(canned_daemon, argv, status, 
                     if name == top or name.startswith(top + "."))
     assert pulled == [], f"tkbox {' '.join(argv)} imported {pulled}"
     assert "tkbox_tui.client" in imported or argv == ["--version"]  # it did reach the client: the check means something
+
+
+@pytest.mark.parametrize(("argv", "status"), [(["ls", "--json"], 0), (["approve", "apr-1", "--json"], 2),
+                                              (["reject", "apr-1"], 2), (["--version"], 0)])
+def test_the_console_script_ends_a_loop_command_with_all_its_output_and_its_status(canned_daemon, argv, status):
+    """The console script skips the interpreter's teardown for these commands (``main._end_loop_command``): what
+    they print and their status are what ``main`` gives in process."""
+    env = {"PATH": "/usr/bin:/bin", "TKBOX_DAEMON_RUNTIME_DIR": str(canned_daemon)}
+    script = subprocess.run([str(Path(sys.executable).parent / "tkbox"), *argv], capture_output=True, timeout=120,
+                            env=env)
+    in_process = subprocess.run([sys.executable, "-c", "import sys; from tkbox_tui.cli import main; "
+                                 "sys.exit(main.main(sys.argv[1:]))", *argv], capture_output=True, timeout=120, env=env)
+    assert (script.returncode, script.stdout, script.stderr) == (status, in_process.stdout, in_process.stderr)
+    assert script.stdout or script.stderr

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 from wsproto import ConnectionType
 from wsproto.connection import Connection
-from wsproto.events import BytesMessage, Ping, TextMessage
 
+from tests.ws_server_frames import server_bytes
 from tkbox_tui.client_errors import DaemonError
 from tkbox_tui.client_exec import exec_message
 from tkbox_tui.client_ws import WebSocketChannel
@@ -48,22 +48,6 @@ messages = st.lists(st.tuples(st.one_of(st.text(max_size=70), st.binary(max_size
                               st.integers(min_value=1, max_value=4), st.booleans()), max_size=8)
 
 
-def server_bytes(items: list[tuple[str | bytes, int, bool]]) -> bytes:
-    server = Connection(ConnectionType.SERVER)
-    out = bytearray()
-    for data, fragments, ping_first in items:
-        if ping_first:
-            out += server.send(Ping(payload=b"p"))
-        step = max(1, -(-len(data) // fragments))
-        pieces = [data[i: i + step] for i in range(0, len(data), step)] or [data]
-        for index, piece in enumerate(pieces):
-            last = index == len(pieces) - 1
-            event = TextMessage(data=piece, message_finished=last) if isinstance(data, str) else \
-                BytesMessage(data=piece, message_finished=last)
-            out += server.send(event)
-    return bytes(out)
-
-
 def received(data: bytes, cuts: list[int], cap: int = CAP) -> tuple[list[str | bytes], FakeWriter]:
     async def run() -> tuple[list[str | bytes], FakeWriter]:
         reader = asyncio.StreamReader()
@@ -74,7 +58,7 @@ def received(data: bytes, cuts: list[int], cap: int = CAP) -> tuple[list[str | b
         reader.feed_data(data[position:])
         reader.feed_eof()
         writer = FakeWriter()
-        channel = WebSocketChannel(reader, writer, Connection(ConnectionType.CLIENT), cap)  # type: ignore[arg-type]
+        channel = WebSocketChannel(reader, writer, cap)  # type: ignore[arg-type]
         out: list[str | bytes] = []
         while (message := await channel.receive()) is not None:
             out.append(message)

@@ -17,9 +17,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.daemon_harness import make_workspace, run_exec, running_daemon
+from tests.exec_fakes import ScriptedExec
 from tkbox_daemon.doors.commands import EXIT_NOT_FOUND, EXIT_REFUSED, start_refusal
 from tkbox_guest.start_errors import StartError, popen_failure
-from tkbox_tui.cli.exec_command import _drive_exec
+from tkbox_tui.cli.exec_command import drive_exec
 from tkbox_tui.cli.report import CliError
 
 HOST_CWD = "/tmp"  # the unisolated test backend runs on the host: no /workspace there
@@ -148,18 +149,6 @@ async def test_a_file_that_cannot_be_executed_ends_126_and_a_bad_cwd_126_naming_
 
 # ---- tkbox exec's status ----------------------------------------------------------------------------------------------
 
-class _ScriptedExec:
-    def __init__(self, messages: list) -> None:
-        self.script = messages
-
-    async def messages(self):
-        for message in self.script:
-            yield message
-
-    async def close(self) -> None:
-        pass
-
-
 @pytest.mark.parametrize("message, status", [
     ({"code": "program_not_found", "exit_code": 127}, 127),
     ({"code": "cannot_execute", "exit_code": 126}, 126),
@@ -168,8 +157,8 @@ class _ScriptedExec:
     ({"code": "program_not_found", "exit_code": 0}, 126),  # a refusal never exits 0
     ({"code": "guest_failed", "exit_code": 127}, 2),  # a failure is not a refusal
 ])
-async def test_tkbox_exec_exits_with_the_refusals_status(message, status):
-    call = _ScriptedExec([{"type": "error", "message": "words", **message}])
+def test_tkbox_exec_exits_with_the_refusals_status(message, status):
+    call = ScriptedExec([{"type": "error", "message": "words", **message}])
     with pytest.raises(CliError) as error:
-        await _drive_exec(call, stream=False)
+        drive_exec(call, stream=False)
     assert error.value.status == status and error.value.code == message["code"]

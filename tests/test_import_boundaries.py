@@ -69,7 +69,7 @@ def test_console_modules_load_no_daemon_internals_beyond_the_wire_schema():
         loaded = _loaded_after_import(module)
         daemon_parts = {name for name in loaded if name.startswith("tkbox_daemon")}
         allowed = {"tkbox_daemon", "tkbox_daemon.wire", "tkbox_daemon.wire_apply", "tkbox_daemon.wire_egress",
-                   "tkbox_daemon.wire_host",
+                   "tkbox_daemon.wire_host", "tkbox_daemon.wire_record",
                    "tkbox_daemon.fsutil",
                    "tkbox_daemon.limits"}  # standard library only: the API client's caps on what it reads
         assert daemon_parts <= allowed, f"{module} loads {sorted(daemon_parts)}"

@@ -11,6 +11,8 @@ import os
 import signal
 import sys
 import termios
+import threading
+from pathlib import Path
 
 import pytest
 from hypothesis import given
@@ -21,8 +23,9 @@ from tkbox_daemon.api.errors import ApiError
 from tkbox_daemon.api.routes_exec import parse_start
 from tkbox_daemon.doors.commands import ExecRequest, decision_args
 from tkbox_daemon.policy.args import check_args
-from tkbox_daemon.tasks import spawn
 from tkbox_tui.cli import boxes as cli
+from tkbox_tui.client import DaemonClient
+from tkbox_tui.client_exec import BlockingExecCall
 
 HOST_CWD = "/tmp"
 WAIT = 60  # a safety net against hangs, never a timing assertion
@@ -170,25 +173,25 @@ def test_tty_without_a_terminal_is_refused(monkeypatch, capsys):
 
 
 class _Screen:
-    """What the CLI writes to its stdout, with a wait for some bytes to appear (no polling)."""
+    """What the CLI writes to its stdout, with a wait (from another thread) for some bytes to appear."""
 
     def __init__(self) -> None:
         self.data = bytearray()
-        self.changed = asyncio.Event()
+        self.changed = threading.Condition()
         self.buffer = self
 
     def write(self, data: bytes) -> int:
-        self.data += data
-        self.changed.set()
+        with self.changed:
+            self.data += data
+            self.changed.notify_all()
         return len(data)
 
     def flush(self) -> None:
         pass
 
-    async def until(self, needle: bytes) -> None:
-        while needle not in self.data:
-            self.changed.clear()
-            await asyncio.wait_for(self.changed.wait(), WAIT)
+    def until(self, needle: bytes) -> None:
+        with self.changed:
+            assert self.changed.wait_for(lambda: needle in self.data, WAIT), bytes(self.data)
 
 
 SIZE_ON_WINCH = """
@@ -203,32 +206,54 @@ sys.exit(3)
 """
 
 
-async def test_the_cli_driver_runs_raw_forwards_keys_and_resizes_then_restores_the_terminal(tmp_path, monkeypatch):
+def test_the_cli_driver_runs_raw_forwards_keys_and_resizes_then_restores_the_terminal(tmp_path, monkeypatch):
     master, slave = os.openpty()  # the operator's terminal: the CLI gets the slave, the test types on the master
+    serving, finished = threading.Event(), threading.Event()
+    sockets: list[Path] = []
+
+    def serve() -> None:  # the daemon on its own loop; the CLI's driver runs in the main thread, as tkbox exec does
+        async def run() -> None:
+            async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+                await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path))})
+                sockets.append(client.socket_path)
+                serving.set()
+                await asyncio.to_thread(finished.wait)
+
+        asyncio.run(run())
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
     try:
+        assert serving.wait(WAIT)
         cooked = termios.tcgetattr(slave)
         screen = _Screen()
         monkeypatch.setattr(sys, "stdout", screen)
-        async with running_daemon(tmp_path) as daemon, daemon.client() as client:
-            await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path))})
-            call = client.exec("t1")
-            await call.start([sys.executable, "-I", "-S", "-c", SIZE_ON_WINCH], cwd=HOST_CWD, stream_stdin=True,
-                             tty=True, rows=20, cols=70)
+        call = BlockingExecCall(DaemonClient(sockets[0]), "t1")
+        call.start([sys.executable, "-I", "-S", "-c", SIZE_ON_WINCH], cwd=HOST_CWD, stream_stdin=True, tty=True,
+                   rows=20, cols=70)
+        failures: list[BaseException] = []
 
-            async def operator() -> None:
-                await screen.until(b"20 70\r\n")
+        def operator() -> None:
+            try:
+                screen.until(b"20 70\r\n")
                 assert termios.tcgetattr(slave)[3] & termios.ICANON == 0  # the local terminal is raw now
                 termios.tcsetwinsize(slave, (44, 120))
                 os.kill(os.getpid(), signal.SIGWINCH)
-                await screen.until(b"44 120\r\n")
+                screen.until(b"44 120\r\n")
                 os.write(master, b"ok\r")  # raw: Enter is \r, passed on as typed; the box's terminal makes it \n
+            except BaseException as failure:  # seen by the test below
+                failures.append(failure)
 
-            helper = spawn(operator(), name="operator")
-            status = await asyncio.wait_for(cli._drive_exec(call, True, cli.RawTerminal(slave)), WAIT)
-            await helper
+        helper = threading.Thread(target=operator, daemon=True)
+        helper.start()
+        status = cli.drive_exec(call, True, cli.RawTerminal(slave))
+        helper.join(WAIT)
+        assert failures == []
         assert status == 3
         assert bytes(screen.data) == b"20 70\r\n44 120\r\nok\r\ngot ok\r\n"
         assert termios.tcgetattr(slave) == cooked  # restored
     finally:
+        finished.set()
+        server.join(WAIT)
         os.close(master)
         os.close(slave)

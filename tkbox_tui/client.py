@@ -5,11 +5,12 @@ arrive as ``DaemonError`` with the daemon's code and message; no daemon is ``Dae
 wrong on the socket (no daemon, a daemon that hangs up, a reply that is not JSON, one over its size cap) arrives as
 one of those two, never as a library's exception.
 
-The transport is small on purpose, so that a command starts like a small program: HTTP/1.1 with h11
-(``client_http``), the exec's WebSocket with wsproto (``client_ws``, ``client_exec``).  Under a running event loop
-every call is asynchronous (asyncio streams, ``client_http_async``); with no loop running, a call does its I/O on a
-blocking socket and its coroutine finishes at its first step, so a one-shot CLI command drives it without asyncio
-(``tkbox_tui.cli.loopless``).
+The transport is small on purpose, so that a command starts like a small program: HTTP/1.1 read by a small strict
+parser (``client_http``, ``client_http_reply``) and the exec's WebSocket (``client_ws_upgrade``, ``client_ws_frames``,
+``client_exec``).  Under a running event loop every call is asynchronous (asyncio streams, ``client_http_async``,
+``client_ws``); with no loop running, a call does its I/O on a blocking socket and its coroutine finishes at its
+first step, so a one-shot CLI command drives it without asyncio (``tkbox_tui.cli.loopless``; ``tkbox exec`` uses
+``client_exec.BlockingExecCall`` and ``client_ws_blocking``).
 """
 
 from __future__ import annotations

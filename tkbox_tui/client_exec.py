@@ -1,4 +1,6 @@
-"""One exec over the daemon's WebSocket (``/v1/boxes/BOX/exec``), as the daemon's ``routes_exec`` frames it.
+"""One exec over the daemon's WebSocket (``/v1/boxes/BOX/exec``), as the daemon's ``routes_exec`` frames it: with
+asyncio (``ExecCall``, the console's) or on a blocking socket driven by ``selectors`` (``BlockingExecCall``, the
+CLI's, which starts without importing asyncio).
 
 The client sends JSON text messages (``start``, then ``stdin_eof``, ``signal``, ``resize``) and stdin as binary
 messages within the credit the daemon grants (``started``'s ``stdin_window``, then each ``stdin_credit``).  The
@@ -8,20 +10,21 @@ daemon sends JSON text messages (``decision``, ``held``, ``approved``, ``started
 
 from __future__ import annotations
 
-import asyncio
 import base64
 import json
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Coroutine
 from typing import TYPE_CHECKING, Any
 
 from tkbox_daemon.limits import API_MESSAGE
 
 from .client_errors import DaemonError
 from .client_http import request_target
-from .client_ws import WebSocketChannel, WebSocketRefused
+from .client_ws_upgrade import WebSocketRefused
 
 if TYPE_CHECKING:
     from .client import DaemonClient
+    from .client_ws import WebSocketChannel
+    from .client_ws_blocking import BlockingWebSocket
 
 STDIN_CHUNK = 64 * 1024
 
@@ -30,6 +33,8 @@ class ExecCall:
     """One exec over the daemon's WebSocket: send the start, stream stdin, read decision, output and exit."""
 
     def __init__(self, client: DaemonClient, ref: str) -> None:
+        import asyncio
+
         self.client = client
         self.ref = ref
         self.ws: WebSocketChannel | None = None
@@ -45,29 +50,18 @@ class ExecCall:
         default 24 x 80 without them): its output arrives as stdout only, stdin (``stream_stdin``) is what is typed,
         and ``resize`` follows the operator's window.
         """
-        from .client import box_path
+        from .client_ws import WebSocketChannel
 
-        if (rows is None) != (cols is None) or (rows is not None and not tty):
-            raise ValueError("rows and cols come together, and only with tty=True")
+        message = start_message(argv, cwd=cwd, env=env, stdin=stdin, stream_stdin=stream_stdin, timeout=timeout,
+                                tty=tty, rows=rows, cols=cols)
         try:
-            self.ws = await WebSocketChannel.open(self.client.socket_path,
-                                                  request_target(box_path(self.ref) + "/exec"),
+            self.ws = await WebSocketChannel.open(self.client.socket_path, exec_target(self.ref),
                                                   max_message=API_MESSAGE.default)
         except WebSocketRefused as refused:
             if refused.status == 404:  # the handshake carries no body: the daemon's words come from asking for the box
                 await self.client.box(self.ref)
             raise DaemonError("exec_failed", f"the daemon refused the exec ({refused.status})",
                               refused.status) from None
-        message: dict[str, Any] = {"type": "start", "argv": argv, "cwd": cwd, "env": env or {},
-                                   "stdin": "stream" if stream_stdin else ("upfront" if stdin is not None else "none")}
-        if stdin is not None:
-            message["stdin_data"] = base64.b64encode(stdin).decode()
-        if timeout:
-            message["timeout"] = timeout
-        if tty:
-            message["tty"] = True
-            if rows is not None:
-                message.update(rows=rows, cols=cols)
         await self._send_json(message)
 
     async def _send_json(self, message: dict[str, Any]) -> None:
@@ -107,22 +101,159 @@ class ExecCall:
         newer daemon adds), except the stdin credit, which is kept here.  Ends when the daemon closes."""
         assert self.ws is not None
         while (message := await self.ws.receive()) is not None:
-            if isinstance(message, bytes):
-                if not message:
-                    raise DaemonError("bad_reply", "the daemon sent an output frame without its stream byte")
-                yield message[0], message[1:]
-                continue
-            decoded = exec_message(message)
-            if decoded.get("type") == "stdin_credit":
-                self._grant(_count(decoded.get("bytes")))
-                continue
-            if decoded.get("type") == "started":
-                self._grant(_count(decoded.get("stdin_window", 0)))
+            decoded = daemon_message(message)
+            granted = credit_in(decoded)
+            if granted is not None:
+                self._grant(granted)
+                if decoded.get("type") == "stdin_credit":
+                    continue
             yield decoded
 
     async def close(self) -> None:
         if self.ws is not None:
             await self.ws.close()
+
+
+class BlockingExecCall:
+    """One exec over the daemon's WebSocket without an event loop: ``start``, then wait on ``fileno()`` (or not,
+    while ``ready``) and ``receive_ready`` the messages as ``messages`` gives them; send stdin only within
+    ``credit`` (the daemon's grant: ``started``'s ``stdin_window``, then each ``stdin_credit``)."""
+
+    def __init__(self, client: DaemonClient, ref: str) -> None:
+        self.client = client
+        self.ref = ref
+        self.ws: BlockingWebSocket | None = None
+        self.credit = 0
+
+    def start(self, argv: list[str], *, cwd: str = "/workspace", env: dict[str, str] | None = None,
+              stdin: bytes | None = None, stream_stdin: bool = False, timeout: int | None = None,
+              tty: bool = False, rows: int | None = None, cols: int | None = None) -> None:
+        """Open the WebSocket and send the start message (as ``ExecCall.start``)."""
+        from .client_ws_blocking import BlockingWebSocket
+
+        message = start_message(argv, cwd=cwd, env=env, stdin=stdin, stream_stdin=stream_stdin, timeout=timeout,
+                                tty=tty, rows=rows, cols=cols)
+        try:
+            self.ws = BlockingWebSocket.open(self.client.socket_path, exec_target(self.ref),
+                                             max_message=API_MESSAGE.default)
+        except WebSocketRefused as refused:
+            if refused.status == 404:  # the daemon's words come from asking for the box (no loop: one step)
+                _finished(self.client.box(self.ref))
+            raise DaemonError("exec_failed", f"the daemon refused the exec ({refused.status})",
+                              refused.status) from None
+        self._send_json(message)
+
+    def fileno(self) -> int:
+        assert self.ws is not None
+        return self.ws.fileno()
+
+    @property
+    def ready(self) -> bool:
+        """``receive_ready`` has something without waiting for the socket."""
+        return self.ws is not None and self.ws.ready
+
+    def receive_ready(self) -> list[dict[str, Any] | tuple[int, bytes]] | None:
+        """The messages one read completes (as ``ExecCall.messages`` gives them), or None once the daemon closed."""
+        assert self.ws is not None
+        messages = self.ws.receive_ready()
+        if messages is None:
+            return None
+        out: list[dict[str, Any] | tuple[int, bytes]] = []
+        for message in messages:
+            if isinstance(message, bytes):
+                out.append(output_frame(message))
+                continue
+            decoded = daemon_message(message)
+            granted = credit_in(decoded)
+            if granted is not None:
+                self.credit += granted
+                if decoded.get("type") == "stdin_credit":
+                    continue
+            out.append(decoded)
+        return out
+
+    def _send_json(self, message: dict[str, Any]) -> None:
+        assert self.ws is not None
+        self.ws.send_text(json.dumps(message))
+
+    def send_stdin(self, data: bytes) -> None:
+        """Send stdin the daemon has granted credit for (``len(data) <= credit``: read no more than that)."""
+        assert self.ws is not None and len(data) <= self.credit
+        self.credit -= len(data)
+        self.ws.send_bytes(data)
+
+    def close_stdin(self) -> None:
+        self._send_json({"type": "stdin_eof"})
+
+    def signal(self, name: str) -> None:
+        self._send_json({"type": "signal", "signal": name})
+
+    def resize(self, rows: int, cols: int) -> None:
+        """Tell a tty exec its terminal's new size (1..1000 each; the daemon ignores anything else)."""
+        self._send_json({"type": "resize", "rows": rows, "cols": cols})
+
+    def close(self) -> None:
+        if self.ws is not None:
+            self.ws.close()
+
+
+def start_message(argv: list[str], *, cwd: str, env: dict[str, str] | None, stdin: bytes | None, stream_stdin: bool,
+                  timeout: int | None, tty: bool, rows: int | None, cols: int | None) -> dict[str, Any]:
+    """The ``start`` message. ``tty=True`` runs the command on a pseudo-terminal of ``rows`` x ``cols`` (both or
+    neither; the box's default 24 x 80 without them)."""
+    if (rows is None) != (cols is None) or (rows is not None and not tty):
+        raise ValueError("rows and cols come together, and only with tty=True")
+    message: dict[str, Any] = {"type": "start", "argv": argv, "cwd": cwd, "env": env or {},
+                               "stdin": "stream" if stream_stdin else ("upfront" if stdin is not None else "none")}
+    if stdin is not None:
+        message["stdin_data"] = base64.b64encode(stdin).decode()
+    if timeout:
+        message["timeout"] = timeout
+    if tty:
+        message["tty"] = True
+        if rows is not None:
+            message.update(rows=rows, cols=cols)
+    return message
+
+
+def exec_target(ref: str) -> str:
+    from .client import box_path
+
+    return request_target(box_path(ref) + "/exec")
+
+
+def output_frame(message: bytes) -> tuple[int, bytes]:
+    """An output message: ``(stream, bytes)``; one without its stream byte is ``bad_reply``."""
+    if not message:
+        raise DaemonError("bad_reply", "the daemon sent an output frame without its stream byte")
+    return message[0], message[1:]
+
+
+def daemon_message(message: str | bytes) -> dict[str, Any] | tuple[int, bytes]:
+    """One message of the daemon as ``messages`` gives it: output as ``(stream, bytes)``, anything else as its JSON
+    object."""
+    return output_frame(message) if isinstance(message, bytes) else exec_message(message)
+
+
+def credit_in(message: dict[str, Any] | tuple[int, bytes]) -> int | None:
+    """The stdin credit a message grants (``stdin_credit``'s ``bytes``, ``started``'s ``stdin_window``), or None."""
+    if isinstance(message, tuple):
+        return None
+    if message.get("type") == "stdin_credit":
+        return _count(message.get("bytes"))
+    if message.get("type") == "started":
+        return _count(message.get("stdin_window", 0))
+    return None
+
+
+def _finished(coroutine: Coroutine[Any, Any, Any]) -> Any:
+    """A client call's coroutine run to its end with no loop (it does blocking I/O; see ``tkbox_tui.cli.loopless``)."""
+    try:
+        coroutine.send(None)
+    except StopIteration as done:
+        return done.value
+    coroutine.close()
+    raise RuntimeError("a client call waited for an event loop")
 
 
 def exec_message(text: str) -> dict[str, Any]:

@@ -1,8 +1,9 @@
-"""HTTP/1.1 to the daemon over its Unix socket, with h11: one request and its reply per connection, every read
-bounded.  ``HttpExchange`` is the protocol without I/O (bytes in, pieces of the reply out, the caps checked); the
+"""HTTP/1.1 to the daemon over its Unix socket: one request and its reply per connection, every read bounded.  ``HttpExchange`` is the protocol without I/O (bytes in, pieces of the reply out, the caps checked); the
 blocking driver (``pieces_blocking``, ``collect_blocking``) is here, asyncio's is in ``client_http_async``.
 
-The caps: a reply head is at most ``HEAD_CAP`` bytes (h11 refuses a longer one); a reply read whole has a body cap,
+The request is written here; the reply is read by ``client_http_reply`` (strict, small: h11 and the
+``dataclasses`` it imports cost a CLI command ~20 ms before it sends a byte).  The caps: a reply head is at most
+``HEAD_CAP`` bytes (a longer one is refused); a reply read whole has a body cap,
 refused at its head when its Content-Length says more, else as soon as more arrives; a driver never reads more than
 ``HEAD_CAP + cap + 1`` bytes of such a reply from the socket.  A streamed reply (events, apply, export) has no
 total cap: whoever reads it bounds each message (``LineSplitter``) or the total (an export's announced size).
@@ -16,26 +17,21 @@ from collections.abc import Iterator
 from typing import Any
 from urllib.parse import urlencode
 
-import h11
-
 from tkbox_daemon.limits import API_CONNECT_DEADLINE
 from tkbox_daemon.wire import API_VERSION
 
 from .client_errors import DaemonError, lost, too_large, unreachable
+from .client_http_reply import HeadTooLarge, ReplyBroken, ReplyHead, ReplyReader
 
 HEAD_CAP = 64 * 1024  # a reply's status line and headers; the daemon's are a few hundred bytes
 READ_SIZE = 64 * 1024
 CONNECT_DEADLINE_S = API_CONNECT_DEADLINE.default
 
 
-class Head:
+class Head(ReplyHead):
     """A reply's status and headers (names lower-case, values as latin-1 text, the last of repeated names)."""
 
-    __slots__ = ("status", "headers")
-
-    def __init__(self, status: int, headers: dict[str, str]) -> None:
-        self.status = status
-        self.headers = headers
+    __slots__ = ()
 
     @property
     def content_type(self) -> str:
@@ -71,23 +67,10 @@ class HttpExchange:
         self.bytes_read = 0
         self.body_received = 0
         self.finished = False
-        self._connection = h11.Connection(h11.CLIENT, max_incomplete_event_size=HEAD_CAP)
+        self._reader = ReplyReader(HEAD_CAP)
 
     def request_bytes(self) -> bytes:
-        headers = [("Host", "tkbox"), ("Connection", "close")]
-        if self.content_type is not None or self.method in ("POST", "PUT", "PATCH", "DELETE"):
-            headers.append(("Content-Length", str(len(self.body))))
-        if self.content_type is not None:
-            headers.append(("Content-Type", self.content_type))
-        try:
-            out = self._connection.send(h11.Request(method=self.method, target=self.target, headers=headers))
-        except h11.LocalProtocolError as error:  # a target no HTTP request can carry: a bug, named
-            raise DaemonError("bad_request", f"the request cannot be sent: {error}") from None
-        parts = [out or b""]
-        if self.body:
-            parts.append(self._connection.send(h11.Data(data=self.body)) or b"")
-        parts.append(self._connection.send(h11.EndOfMessage()) or b"")
-        return b"".join(parts)
+        return request_head(self.method, self.target, self.body, self.content_type) + self.body
 
     def read_size(self) -> int:
         """How many bytes a driver may read next (0: the reply is over its cap; ``over_cap`` is the error)."""
@@ -101,42 +84,48 @@ class HttpExchange:
     def receive(self, data: bytes) -> list[Head | bytes | None]:
         self.bytes_read += len(data)
         try:
-            self._connection.receive_data(data)
-        except h11.RemoteProtocolError:  # data after the connection closed
+            parts = self._reader.feed(data)
+        except HeadTooLarge:
+            raise too_large(f"{self.what}'s head", HEAD_CAP) from None
+        except ReplyBroken:  # a malformed reply, or one cut short
             raise lost() from None
         pieces: list[Head | bytes | None] = []
-        while not self.finished:
-            try:
-                event = self._connection.next_event()
-            except h11.RemoteProtocolError as error:  # a malformed reply, a head past HEAD_CAP, or cut short
-                if error.error_status_hint == 431:  # h11's "receive buffer too long": the head is over HEAD_CAP
-                    raise too_large(f"{self.what}'s head", HEAD_CAP) from None
-                raise lost() from None
-            if event is h11.NEED_DATA or event is h11.PAUSED:
-                break
-            if isinstance(event, h11.Response):
-                pieces.append(self._head(event))
-            elif isinstance(event, h11.Data):
-                self.body_received += len(event.data)
-                if self.body_cap is not None and self.body_received > self.body_cap:
-                    raise self.over_cap()
-                pieces.append(bytes(event.data))
-            elif isinstance(event, h11.EndOfMessage):
+        for part in parts:
+            if isinstance(part, ReplyHead):
+                pieces.append(self._head(part))
+            elif part is None:
                 self.finished = True
                 pieces.append(None)
-            elif isinstance(event, h11.ConnectionClosed):
-                raise lost()
-            # an InformationalResponse (1xx) is no reply: the real one follows
+            elif part:
+                self.body_received += len(part)
+                if self.body_cap is not None and self.body_received > self.body_cap:
+                    raise self.over_cap()
+                pieces.append(part)
         if not self.finished and self.body_cap is not None and self.read_size() == 0:
             raise self.over_cap()
         return pieces
 
-    def _head(self, event: h11.Response) -> Head:
-        headers = {name.decode("latin-1"): value.decode("latin-1") for name, value in event.headers}
-        length = headers.get("content-length", "")
+    def _head(self, head: ReplyHead) -> Head:
+        length = head.headers.get("content-length", "")
         if self.body_cap is not None and length.isdigit() and int(length) > self.body_cap:
             raise self.over_cap()  # said before a byte of it is read
-        return Head(event.status_code, headers)
+        return Head(head.status, head.headers)
+
+
+def request_head(method: str, target: str, body: bytes = b"", content_type: str | None = None,
+                 extra: tuple[tuple[str, str], ...] = ()) -> bytes:
+    """A request's line and headers to the daemon: ``Connection: close`` (one request per connection), or the
+    ``extra`` headers instead (the WebSocket upgrade's); a target that no request line can carry (a space, a control
+    character, not ASCII) is a bug, refused by name."""
+    if not target.startswith("/") or not all("!" <= char <= "~" for char in target):
+        raise DaemonError("bad_request", f"the request cannot be sent: its target {target!r} is not a URL path")
+    lines = [f"{method} {target} HTTP/1.1", "Host: tkbox"]
+    lines += [f"{name}: {value}" for name, value in extra] or ["Connection: close"]
+    if content_type is not None or method in ("POST", "PUT", "PATCH", "DELETE"):
+        lines.append(f"Content-Length: {len(body)}")
+    if content_type is not None:
+        lines.append(f"Content-Type: {content_type}")
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("ascii")
 
 
 def connect_blocking(socket_path: object) -> socket.socket:

@@ -97,11 +97,11 @@ def _pattern(kept: str) -> re.Pattern[str]:
     items = ["\\\\"]
     for first, last in HIDDEN_RANGES:
         start = first
-        for code in range(first, last + 1):
-            if chr(code) in kept:
-                if start < code:
-                    items.append(_class_item(start, code - 1))
-                start = code + 1
+        # Only the kept characters in the range, not every code point of it: this runs when every command starts.
+        for code in sorted({ord(char) for char in kept if first <= ord(char) <= last}):
+            if start < code:
+                items.append(_class_item(start, code - 1))
+            start = code + 1
         if start <= last:
             items.append(_class_item(start, last))
     return re.compile("[" + "".join(items) + "]")

@@ -25,11 +25,11 @@ from .daemon_refusals import daemon_client, from_daemon
 from .loopless import InterruptPoints, finish
 from .report import CliError, CliParser, interrupted, report, wants_json
 
-EXEC_NAMES = ("EXIT_DENIED", "RawTerminal", "_drive_exec", "exec_main")  # tests drive these here
+EXEC_NAMES = ("EXIT_DENIED", "RawTerminal", "drive_exec", "exec_main")  # tests drive these here
 
 
 def __getattr__(name: str) -> Any:
-    """``tkbox exec``'s names, imported from its module only when asked for (it needs asyncio; ``ls`` does not)."""
+    """``tkbox exec``'s names, imported from its module only when asked for (``ls`` needs none of them)."""
     if name in EXEC_NAMES:
         return getattr(importlib.import_module(".exec_command", __package__), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
@@ -264,7 +264,6 @@ COMMANDS: dict[str, str] = {
     "approve": "approvals", "reject": "approvals", "forget": "approvals", "allow": "allowlist",
     "block": "allowlist", "allowlist": "allowlist",
 }
-NEEDS_EVENT_LOOP = frozenset({"exec"})  # signals, stdin and output at once; the rest run loopless (``loopless``)
 
 
 async def _stop(argv: list[str]) -> int:
@@ -284,10 +283,6 @@ def box_command(name: str, argv: list[str]) -> int:
     table = BOX_COMMANDS if module == "boxes" else importlib.import_module(f".{module}", __package__).COMMANDS
     command: Callable[[list[str]], Coroutine[Any, Any, int]] = table[name]
     try:
-        if name in NEEDS_EVENT_LOOP:
-            import asyncio
-
-            return asyncio.run(command(argv))
-        return finish(command(argv))
+        return finish(command(argv))  # every command runs without an event loop (``loopless``)
     except (CliError, DaemonError) as error:
         return _fail(error, name, wants_json(argv))

@@ -10,11 +10,9 @@ happened.  Every field shown is escaped: the reason may quote the box's command 
 
 from __future__ import annotations
 
-import asyncio
 import os
-import select
 import sys
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import Any
 
 from ..client import DaemonError
@@ -26,7 +24,7 @@ KEYS = {b"a": ("approve", False), b"r": ("approve", True), b"x": ("reject", Fals
 CTRL_C = b"\x03"
 FINAL_REFUSALS = ("approval_answered", "approval_expired", "record_refused")  # no point in another key
 
-Answer = Callable[[str, str, bool], Awaitable[Any]]  # (approval id, "approve" | "reject", remember)
+Answer = Callable[[str, str, bool], Any]  # (approval id, "approve" | "reject", remember); blocks until answered
 
 
 def _rules(decision: dict[str, Any]) -> str:
@@ -65,42 +63,38 @@ def say(text: str, raw: bool) -> None:
     sys.stderr.flush()
 
 
-async def answer_in_place(fd: int, approval_id: str, answer: Answer, on_ctrl_c: Callable[[], None]) -> None:
-    """Read keys from the terminal ``fd`` (already raw) until one answers: ``a`` approves, ``r`` approves and
-    remembers, ``x`` rejects, Ctrl+C calls ``on_ctrl_c`` (withdraw); other keys are ignored.  A refused answer is
-    said on the terminal; keys are read again unless the approval can no longer be answered.
+class KeyAnswer:
+    """The answer typed on the terminal ``fd`` (already raw) to the approval ``approval_id``: ``a`` approves, ``r``
+    approves and remembers, ``x`` rejects, Ctrl+C withdraws; other keys are ignored.  A refused answer is said on the
+    terminal, and keys are read again unless the approval can no longer be answered.
 
-    Keys are read one byte at a time, so what is typed after the answer stays in the terminal for the command.
-    """
-    loop = asyncio.get_running_loop()
-    ready = asyncio.Event()
-    loop.add_reader(fd, ready.set)
-    try:
-        while True:
-            await ready.wait()
-            ready.clear()
-            if not select.select([fd], [], [], 0)[0]:  # the descriptor blocks: read only what is there
-                continue
-            try:
-                key = os.read(fd, 1)
-            except OSError:
-                key = b""
-            if not key:  # the terminal hung up: the answer can still come from elsewhere
-                return
-            if key == CTRL_C:
-                on_ctrl_c()
-                return
-            if key not in KEYS:
-                continue
-            verb, remember = KEYS[key]
-            try:
-                await answer(approval_id, verb, remember)
-                return
-            except DaemonError as error:
-                hint = error.extra.get("hint")
-                say(f"tkbox exec: could not {verb}: {safe_text(error.message)}"
-                    f"{'; ' + safe_text(hint) if isinstance(hint, str) and hint else ''}", raw=True)
-                if error.code in FINAL_REFUSALS:
-                    return
-    finally:
-        loop.remove_reader(fd)
+    ``read`` is called when the terminal has bytes; keys are read one byte at a time, so what is typed after the
+    answer stays in the terminal for the command."""
+
+    def __init__(self, fd: int, approval_id: str, answer: Answer) -> None:
+        self.fd = fd
+        self.approval_id = approval_id
+        self.answer = answer
+
+    def read(self) -> str:
+        """``"done"`` (answered, refused for good, or the terminal hung up: the answer can still come from
+        elsewhere), ``"withdraw"`` (Ctrl+C), or ``"again"`` (read the next key)."""
+        try:
+            key = os.read(self.fd, 1)
+        except OSError:
+            key = b""
+        if not key:
+            return "done"
+        if key == CTRL_C:
+            return "withdraw"
+        if key not in KEYS:
+            return "again"
+        verb, remember = KEYS[key]
+        try:
+            self.answer(self.approval_id, verb, remember)
+            return "done"
+        except DaemonError as error:
+            hint = error.extra.get("hint")
+            say(f"tkbox exec: could not {verb}: {safe_text(error.message)}"
+                f"{'; ' + safe_text(hint) if isinstance(hint, str) and hint else ''}", raw=True)
+            return "done" if error.code in FINAL_REFUSALS else "again"

@@ -1,9 +1,10 @@
 """Run a command's coroutine to its end without an event loop (and without importing asyncio).
 
 A ``DaemonClient`` with no loop running does its I/O on a blocking socket, so its coroutines never suspend: a
-command that awaits only such calls finishes at its first step.  That is every daemon command but ``tkbox exec``
-(signals, stdin and output at once), and it is what lets them start like a small program: ``import asyncio``
-alone costs more than the rest of ``tkbox ls``.  Ctrl+C arrives as KeyboardInterrupt wherever the command is.
+command that awaits only such calls finishes at its first step.  That is every daemon command (``tkbox exec``
+waits for signals, stdin and output at once with ``selectors``: ``exec_driver``), and it is what lets them start
+like a small program: ``import asyncio`` alone costs more than the rest of ``tkbox ls``.  Ctrl+C arrives as
+KeyboardInterrupt wherever the command is (but in ``exec_driver``, which handles it).
 """
 
 from __future__ import annotations

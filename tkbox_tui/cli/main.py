@@ -19,6 +19,7 @@ from collections.abc import Callable
 from .report import EXIT_BROKEN_PIPE, CliError, interrupted, report, wants_json
 
 EXIT_INTERNAL = 70  # EX_SOFTWARE: a bug in tkbox, not a refusal
+FAST_EXIT = ("exec", "ls", "events", "approvals", "approve", "reject", "--version")  # see _end_loop_command
 
 USAGE = """usage: tkbox COMMAND [ARGS…]
 
@@ -180,6 +181,32 @@ def _dispatch(args: list[str]) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    status = _main(argv)
+    if argv is None:  # the console script: this process ends here
+        _end_loop_command(sys.argv[1:2], status)
+    return status
+
+
+def _end_loop_command(command: list[str], status: int) -> None:
+    """End a command an agent calls in a loop at once, without the interpreter's teardown (freeing every module's
+    objects: ~8 ms, a sixth of a bare ``python -c pass``), once its output is out: stdout and stderr flushed, no
+    ``atexit`` callback registered, no other thread.  Anything else returns, and the process ends as usual."""
+    if command[:1] not in ([name] for name in FAST_EXIT):
+        return
+    import atexit
+
+    threading = sys.modules.get("threading")
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (OSError, ValueError):
+        return
+    if getattr(atexit, "_ncallbacks", lambda: 1)() or (threading is not None and threading.active_count() > 1):
+        return
+    os._exit(status)
+
+
+def _main(argv: list[str] | None) -> int:
     args = sys.argv[1:] if argv is None else argv
     name = args[0] if args and args[0] in COMMANDS else ""
     as_json = wants_json(args)
