@@ -172,6 +172,36 @@ def canonical_and_compact(value: Any) -> tuple[bytes, bool]:
         raise StrictJSONError(f"cannot canonicalise: {exc}") from None
 
 
+_UNESCAPED_ASCII = re.compile(r'[ !#-\[\]-~]*', re.ASCII)  # printable ASCII but '"' and '\\': kept as is
+
+
+def canonical_object(value: dict[str, Any], encoded: dict[str, bytes] | None = None) -> bytes:
+    """``canonical(value)`` for an object, taking ``encoded[key]`` as the canonical bytes of ``value[key]``
+    (the caller's word: a value encoded once and needed inside several encodings).
+
+    Spelled out when every key is printable ASCII without ``"`` or ``\\`` (sorted by code point, which is
+    RFC 8785's UTF-16 order for them); such string values and safe integers are spelled out too, other
+    values are ``canonical``.  Other keys go to ``canonical`` whole.  A test holds it to ``rfc8785``."""
+    keys = sorted(value)
+    if _UNESCAPED_ASCII.fullmatch("".join(keys)) is None:
+        return canonical(value)
+    known = encoded or {}
+    members = []
+    for key in keys:
+        item = value[key]
+        member = known.get(key)
+        if member is None:
+            kind = type(item)
+            if kind is str and _UNESCAPED_ASCII.fullmatch(item) is not None:
+                member = b'"' + item.encode("ascii") + b'"'
+            elif kind is int and -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                member = str(item).encode("ascii")
+            else:
+                member = canonical(item)
+        members.append(b'"' + key.encode("ascii") + b'":' + member)
+    return b"{" + b",".join(members) + b"}"
+
+
 def _needs_reference_encoder(value: Any) -> bool:
     """Floats and integers outside ±(2^53−1) are the rfc8785 library's to format (or refuse)."""
     stack = [value]

@@ -126,6 +126,22 @@ def test_event_timestamps_equal_the_strftime_format(moment):
     assert utc_timestamp(moment) == moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+@given(st.lists(st.integers(min_value=0, max_value=(253402300799 * 10**9) + 10**9 - 1), min_size=1, max_size=4))
+def test_clock_timestamps_equal_the_strftime_format_of_the_same_instant(clock_ns):
+    # read in turn, so both a new second and one seen just before are checked
+    for ns in clock_ns:
+        moment = datetime(1970, 1, 1, tzinfo=UTC) + timedelta(microseconds=ns // 1000)
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr("tkbox_daemon.evidence.chain.time.time_ns", lambda ns=ns: ns)
+            assert utc_timestamp() == moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+def test_clock_timestamps_follow_the_clock():
+    before = datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    stamp = utc_timestamp()
+    assert before <= stamp <= datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
 @given(json_values)
 def test_canonical_and_compact_agree_with_both_references(value):
     expected, refused = _reference_or_refusal(lambda: rfc8785.dumps(value))
@@ -137,3 +153,32 @@ def test_canonical_and_compact_agree_with_both_references(value):
     assert encoded == expected
     if is_compact:
         assert encoded == strictjson.compact(value)
+
+
+objects = st.dictionaries(st.one_of(st.text(max_size=8), tricky_ascii, st.sampled_from(["args", "tool", "method"])),
+                          json_values, max_size=6)
+
+
+def _outcome(encode, value):
+    """The bytes, or "refused" for a value RFC 8785 cannot encode (an integer past 2^53, say)."""
+    try:
+        return encode(value)
+    except (rfc8785.CanonicalizationError, strictjson.StrictJSONError):
+        return "refused"
+
+
+@given(objects, st.data())
+def test_canonical_object_is_rfc8785_with_any_members_given_encoded(value, data):
+    given_keys = data.draw(st.sets(st.sampled_from(sorted(value)))) if value else set()
+    encoded = {key: _outcome(rfc8785.dumps, value[key]) for key in given_keys}
+    encoded = {key: member for key, member in encoded.items() if member != "refused"}
+    reference = _outcome(rfc8785.dumps, value)
+    assert _outcome(lambda v: strictjson.canonical_object(v, encoded), value) == reference
+    assert _outcome(strictjson.canonical_object, value) == reference
+
+
+def test_canonical_object_spells_out_the_usual_request():
+    request = {"method": "decide", "tool": "Bash", "args": {"command": "ls é"}, "n": 2**53 - 1, "q": 'a"b\\'}
+    assert strictjson.canonical_object(request, {"args": rfc8785.dumps(request["args"])}) == rfc8785.dumps(request)
+    with pytest.raises(strictjson.StrictJSONError):
+        strictjson.canonical_object({"n": 2**53})

@@ -7,6 +7,7 @@ the records it returns; tests use it to build logs without a signer.
 from __future__ import annotations
 
 import os
+import time
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -16,10 +17,19 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from . import merkle
 from .records import EVENT_SCHEMA, ZERO_HASH, Record, key_id, sign_event
 
+_second_text: tuple[int, str] = (-1, "")  # the clock's last whole second and its text, reused within that second
+
 
 def utc_timestamp(now: datetime | None = None) -> str:
     """Microsecond UTC time in the event format, e.g. ``2026-11-30T00:00:00.000000Z``."""
-    moment = (now or datetime.now(UTC)).astimezone(UTC)
+    global _second_text
+    if now is None:  # the clock, floored to the microsecond as datetime.now() does
+        second, micro = divmod(time.time_ns() // 1000, 1_000_000)
+        cached = _second_text  # read once: another thread may replace it
+        if second != cached[0]:
+            cached = _second_text = (second, time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(second)))
+        return f"{cached[1]}.{micro:06d}Z"
+    moment = now.astimezone(UTC)
     if moment.year >= 1000:  # isoformat pads the year to four digits where strftime does not
         return moment.isoformat(timespec="microseconds")[:26] + "Z"  # drops "+00:00"; faster than strftime
     return moment.strftime("%Y-%m-%dT%H:%M:%S.%fZ")

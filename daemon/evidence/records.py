@@ -129,8 +129,13 @@ class Record:
         return self.event["type"]
 
     def leaf(self) -> bytes:
-        """The RFC 6962 leaf hash of this record (over its event hash's 32 bytes)."""
-        return merkle.leaf_hash(hash_bytes(self.hash))
+        """The RFC 6962 leaf hash of this record (over its event hash's 32 bytes); kept once computed (the
+        signer's two trees, signed and durable, both take it)."""
+        leaf = self.__dict__.get("_leaf")
+        if leaf is None:
+            leaf = merkle.leaf_hash(hash_bytes(self.hash))
+            object.__setattr__(self, "_leaf", leaf)
+        return leaf
 
 
 def sign_event(event: dict[str, Any], key: Ed25519PrivateKey, kid: str) -> Record:

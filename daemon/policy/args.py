@@ -103,10 +103,11 @@ def check_args(tool_class: str, tool: str, args: object) -> ArgsProblem | None:
         problem = _expect(args, "command", str, required=True, what="a string")
         if problem is None and _utf8_len(args["command"]) > MAX_COMMAND_BYTES:
             return ArgsProblem("the command is larger than 1 MiB", oversize=True)
-        for key, kind, what in (("cwd", str, "a string"), ("stdin_sha256", str, "a string"),
-                                ("stdin_bytes", int, "an integer"), ("stdin_text", str, "a string"),
-                                ("env", dict, "an object of strings")):
-            problem = problem or _expect(args, key, kind, required=False, what=what)
+        if len(args) > 1:  # optional arguments present (most calls have only the command)
+            for key, kind, what in (("cwd", str, "a string"), ("stdin_sha256", str, "a string"),
+                                    ("stdin_bytes", int, "an integer"), ("stdin_text", str, "a string"),
+                                    ("env", dict, "an object of strings")):
+                problem = problem or _expect(args, key, kind, required=False, what=what)
         if problem is None and isinstance(args.get("env"), dict):
             if not all(isinstance(v, str) for v in args["env"].values()):
                 return ArgsProblem("argument 'env' must map names to strings")

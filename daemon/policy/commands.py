@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import re
 from fnmatch import fnmatchcase
+from functools import lru_cache
 
 # Reserved words that may start a command line but are not the program.
 RESERVED = frozenset({"!", "{", "}", "then", "do", "else", "elif", "if", "while", "until", "time", "coproc",
@@ -96,6 +97,15 @@ def is_assignment(word: str) -> bool:
 
 def program_name(word: str) -> str:
     """The name a command word runs: its basename; a glob like r? or c?t is taken as the known program it fits."""
+    return _recent_program_name(word) if len(word) <= 256 else _program_name(word)
+
+
+@lru_cache(maxsize=1024)  # a line asks for its program's name several times, and agents repeat programs
+def _recent_program_name(word: str) -> str:
+    return _program_name(word)
+
+
+def _program_name(word: str) -> str:
     if _NOT_A_PATH.search(word):
         return word  # not a plain program path
     base = word.rsplit("/", 1)[-1] if "/" in word else word

@@ -103,7 +103,10 @@ class _RulePlan:
 
 class _Group:
     """Rules of one class that read the same field. Branches that start with {cmd} are screened by one
-    combined regex; a rule is tried in full only if its other branches or that screen match."""
+    combined regex; a rule is tried in full only if its other branches or that screen match.
+
+    (The other branches stay one search per rule: each mostly starts with a literal that the regex engine
+    scans for fast, and one alternation of them all measured slower than the separate searches.)"""
 
     def __init__(self, field: str, rules: list[CompiledRule]) -> None:
         self.field = field
@@ -112,13 +115,22 @@ class _Group:
         self.cmd_screen = (_compile_or(f"{CMD_START}(?:" + "|".join(f"(?:{b})" for b in branches) + ")")
                            if branches else None)
         self.screen_failed = bool(branches) and self.cmd_screen is None
+        # per rule, in order: (the rule, its other branches' search or None, whether the {cmd} screen covers it)
+        self._screens = tuple((plan.rule, plan.other.search if plan.other is not None else None,
+                               bool(plan.cmd_branches)) for plan in self.plans)
 
     def candidates(self, texts: tuple[str, ...]) -> list[CompiledRule]:
         cmd_hit = self.screen_failed or (self.cmd_screen is not None and _found_in(self.cmd_screen, texts))
         out = []
-        for plan in self.plans:
-            if (cmd_hit and plan.cmd_branches) or (plan.other is not None and _found_in(plan.other, texts)):
-                out.append(plan.rule)
+        if len(texts) == 1:  # the usual case: one reading, searched without a loop over texts
+            text = texts[0]
+            for rule, search, screened in self._screens:
+                if (cmd_hit and screened) or (search is not None and search(text) is not None):
+                    out.append(rule)
+            return out
+        for rule, search, screened in self._screens:
+            if (cmd_hit and screened) or (search is not None and any(search(text) is not None for text in texts)):
+                out.append(rule)
         return out
 
 

@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from .fetchrun import MAX_STAGES, fetch_runs
 from .fileuse import Stage
 from .render import Renderer
-from .shellparse import parse
+from .shellparse import parse, plain_words
 
 MAX_DEPTH = 8
 MAX_READINGS = 64
@@ -100,15 +100,20 @@ def _read(text: str, depth: int, out: _Collector, positional: dict[str, str] | N
     if out.work > MAX_WORK:
         out.complete = False
         return
-    script = parse(text)
-    if script.truncated:
-        out.complete = False
-        out.errors.extend(script.errors)
-        return
-    out.errors.extend(script.errors)
     renderer = Renderer(positional, stdin)
-    out.add(renderer.literal(script))
-    resolved, stripped = renderer.resolved(script)
+    words = plain_words(text)
+    if words is not None:  # most agent commands: rendered without a tree (render.Renderer.plain)
+        literal, resolved, stripped = renderer.plain(words)
+        out.add(literal)
+    else:
+        script = parse(text)
+        if script.truncated:
+            out.complete = False
+            out.errors.extend(script.errors)
+            return
+        out.errors.extend(script.errors)
+        out.add(renderer.literal(script))
+        resolved, stripped = renderer.resolved(script)
     out.add(resolved)
     out.add(stripped)
     if renderer.overflow:

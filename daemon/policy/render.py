@@ -273,6 +273,12 @@ class Renderer:
             words = self._fields(word, head=not head_seen)
             head_seen = head_seen or bool(words)
             fields.extend(words)
+        return (*self._argv(fields, assignments, head_seen), self._redirect_parts(command.redirects))
+
+    def _argv(self, fields: list[str], assignments: list[tuple[str, str]],
+              head_seen: bool) -> tuple[list[str], list[str], str]:
+        """(resolved argv, stripped argv, the program as written) of a command's expanded words, of which
+        the first ``len(assignments)`` are the assignments; the assignments last when no program follows."""
         if not head_seen:
             for name, value in assignments:
                 self._assign(name, value)
@@ -281,7 +287,51 @@ class Renderer:
         kept = strip_wrappers(fields, keep_path=True)
         argv3 = canonical_options([program_name(kept[0]), *kept[1:]]) if kept else []
         self._declarations(argv3)
-        return raw, argv3, kept[0] if kept else "", self._redirect_parts(command.redirects)
+        return raw, argv3, kept[0] if kept else ""
+
+    def plain(self, words: list[str]) -> tuple[str, str, str]:
+        """(literal, resolved, stripped) of a line of plain words (shellparse.plain_words: no quoting, expansion,
+        operator or redirection), with the same side effects as ``literal`` and ``resolved`` of its parse,
+        without walking a tree; a property test holds the two equal."""
+        if not words:
+            return "", "", ""
+        fields: list[str] = []
+        assignments: list[tuple[str, str]] = []
+        head_seen = False
+        for word in words:
+            if not head_seen and is_assignment(word):
+                name, _, rest = word.partition("=")
+                assignments.append((name.rstrip("+").split("[")[0], rest))
+                fields.append(word)
+            else:
+                head_seen = True
+                fields.extend(_brace_expand(word) if "{" in word and len(word) <= 4096 else (word,))
+        argv2, argv3, head = self._argv(fields, assignments, head_seen)
+        stdin = self.process_stdin  # a top-level line's only stage reads the process's stdin
+        if stdin is not None and len(stdin) <= 4096 and "xargs" in argv2[:len(argv2) - len(argv3)]:
+            argv3 = argv3 + stdin.decode("utf-8", "replace").split()  # xargs appends its input
+        runs_stdin = self._examine(argv3, stdin)
+        tokens = []
+        if runs_stdin and stdin is None:
+            self.reads_stdin = True
+            tokens.append("stdin")
+        name = argv3[0] if argv3 else ""
+        token = fetch_token(tuple(argv3))[:64] or "-"
+        tokens.append(("exec-stdin:" + token) if runs_stdin else token)
+        data = run_stage(name, argv3[1:], stdin) if name else None
+        self.stages += 1
+        if self.stages <= MAX_STAGES:
+            self.pipelines.append((Stage(tuple(argv3), head, *redirect_files([]), runs_stdin=runs_stdin,
+                                         group=not argv3),))
+        if len(tokens) > 1 or tokens[0].startswith("exec-stdin:"):
+            self.skeleton.append("pipeline: " + " | ".join(tokens))
+        if data is not None and (name in DECODERS or (name == "echo" and "-e" in argv3)) and not runs_stdin:
+            self.decoded.append(data.decode("utf-8", "replace"))
+        stripped = " ".join(tidy for tidy in map(_tidy_path, argv3) if tidy)
+        if not stripped:
+            return " ".join(" ".join(words).split()), "", ""
+        resolved = " ".join(tidy for tidy in map(_tidy_path, argv2) if tidy)
+        return " ".join(" ".join(words).split()), " ".join(resolved.split()), " ".join(stripped.split())
 
     def _declarations(self, argv: list[str]) -> None:
         if not argv:

@@ -370,10 +370,18 @@ _SIMPLE_LINE = re.compile(rf"[ \t]*(?:{_SIMPLE_WORD.pattern}(?:[ \t]+{_SIMPLE_WO
 _SIMPLE_MAX = 4096
 
 
-def _parse_simple(text: str) -> Script | None:
+def plain_words(text: str) -> list[str] | None:
+    """The words of a line of plain words (see above); None for any other line."""
     if len(text) > _SIMPLE_MAX or _SIMPLE_LINE.fullmatch(text) is None:
         return None
-    words = [Word([Lit(word, False)]) for word in _SIMPLE_WORD.findall(text)]
+    return _SIMPLE_WORD.findall(text)
+
+
+def _parse_simple(text: str) -> Script | None:
+    texts = plain_words(text)
+    if texts is None:
+        return None
+    words = [Word([Lit(word, False)]) for word in texts]
     return Script(items=[(Pipeline([Command(words=words)]), "")] if words else [])
 
 

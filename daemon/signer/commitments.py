@@ -14,8 +14,10 @@ from typing import Any
 from .. import strictjson
 
 
-def digest_of(value: Any) -> tuple[str, int]:
-    body = strictjson.canonical(value)
+def digest_of(value: Any, encoded: dict[str, bytes] | None = None) -> tuple[str, int]:
+    """``sha256:<hex>`` of the value's canonical bytes, and their length; ``encoded`` as for
+    ``strictjson.canonical_object`` (an object's members already encoded)."""
+    body = strictjson.canonical(value) if encoded is None else strictjson.canonical_object(value, encoded)
     return "sha256:" + hashlib.sha256(body).hexdigest(), len(body)
 
 
@@ -23,6 +25,6 @@ def commit_digest(salt: bytes, digest: str) -> str:
     return "hmac-sha256:" + hmac.digest(salt, digest.encode(), "sha256").hex()
 
 
-def commit(salt: bytes, value: Any) -> dict[str, Any]:
-    digest, size = digest_of(value)
+def commit(salt: bytes, value: Any, encoded: dict[str, bytes] | None = None) -> dict[str, Any]:
+    digest, size = digest_of(value, encoded)
     return {"hash": commit_digest(salt, digest), "size": size}

@@ -9,17 +9,17 @@ log_id       32 hex, the log's identity (not secret)
 
 from __future__ import annotations
 
-import hmac
 import os
 import secrets
 import stat
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from ..evidence import note
 from ..evidence.records import key_id
+from .mac import HmacSha256
 
 KEY_BYTES = 32
 
@@ -35,6 +35,10 @@ class SignerKeys:
     run_token_key: bytes
     salt_key: bytes
     log_id: str
+    salt_mac: HmacSha256 = field(init=False, repr=False, compare=False)  # salt_key's HMAC, set up once
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "salt_mac", HmacSha256(self.salt_key))
 
     @property
     def record_kid(self) -> str:
@@ -49,7 +53,7 @@ class SignerKeys:
         return note.vkey_for(self.origin, self.log_key.public_key())
 
     def salt(self, label: str) -> bytes:
-        return hmac.digest(self.salt_key, label.encode(), "sha256")
+        return self.salt_mac.digest(label.encode())
 
 
 def _read_or_create_secret(path: Path) -> bytes:

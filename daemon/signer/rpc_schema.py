@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 RPC_VERSION = 1
@@ -135,6 +135,16 @@ class MethodSchema:
     optional: dict[str, Check]
     state_changing: bool
 
+    # derived once, not per request: the names a request must have, the names it may have, each name's check
+    required_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    allowed_names: frozenset[str] = field(init=False, repr=False, compare=False)
+    checks: dict[str, Check] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "required_names", frozenset(self.required))
+        object.__setattr__(self, "allowed_names", frozenset({*self.required, *self.optional, "method"}))
+        object.__setattr__(self, "checks", {**self.optional, **self.required})
+
 
 METHODS: dict[str, MethodSchema] = {
     "hello": MethodSchema({}, {"proto": _int_range(0, 1000)}, False),
@@ -191,16 +201,16 @@ def validate(request: dict[str, Any]) -> tuple[str, MethodSchema]:
     schema = METHODS.get(method)
     if schema is None:
         raise SchemaError(f"unknown method {method!r}; known: {', '.join(sorted(METHODS))}")
-    fields = set(request) - {"method"}
-    missing = set(schema.required) - fields
-    if missing:
-        raise SchemaError(f"{method}: missing field(s) {', '.join(sorted(missing))}")
-    unknown = fields - set(schema.required) - set(schema.optional)
-    if unknown:
-        raise SchemaError(f"{method}: unknown field(s) {', '.join(sorted(unknown))}")
-    for name in fields:
-        check = schema.required.get(name) or schema.optional[name]
-        if not check(request[name]):
+    fields = request.keys()
+    if not schema.required_names <= fields:
+        raise SchemaError(f"{method}: missing field(s) {', '.join(sorted(schema.required_names - fields))}")
+    if not fields <= schema.allowed_names:
+        raise SchemaError(f"{method}: unknown field(s) {', '.join(sorted(fields - schema.allowed_names))}")
+    checks = schema.checks
+    for name, value in request.items():
+        if name == "method":
+            continue
+        if not checks[name](value):
             if name == "request_id":
                 raise SchemaError(f"{method}: field 'request_id' is invalid: it is 'req-' and 32 lowercase hex "
                                   "digits, the first 12 the Unix time in milliseconds (new_request_id() makes one)")

@@ -16,6 +16,7 @@ import json
 import os
 import socket
 import struct
+from collections import deque
 from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from .service import SignerService
 READ_TIMEOUT_SECONDS = 300.0
 CHECKPOINT_INTERVAL_SECONDS = 10.0
 MAX_PIPELINED = 256
+SEND_HIGH_WATER = 64 * 1024  # bytes of replies the socket may hold unsent before reading pauses
 BACKLOG = 256
 
 
@@ -38,8 +40,11 @@ def peer_uid(sock: socket.socket) -> int:
     return uid
 
 
+_REPLY_ENCODER = json.JSONEncoder(separators=(",", ":"), ensure_ascii=False)  # built once: json.dumps builds one per call
+
+
 def encode_reply(reply: dict[str, Any]) -> bytes:
-    return json.dumps(reply, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    return _REPLY_ENCODER.encode(reply).encode() + b"\n"
 
 
 class SignerServer:
@@ -113,48 +118,94 @@ class SignerServer:
             await writer.drain()
             return
         identity = f"uid:{uid}"
-        replies: asyncio.Queue[asyncio.Future[dict[str, Any]] | None] = asyncio.Queue(MAX_PIPELINED)
-        sender = spawn(self._send_in_order(replies, writer), name="signer-replies")
+        replies = _Replies(writer)
         try:
             await self._read_requests(reader, identity, replies)
         finally:
-            await replies.put(None)
-            await sender
+            await replies.finish()
 
-    async def _read_requests(self, reader: asyncio.StreamReader, identity: str,
-                             replies: asyncio.Queue[asyncio.Future[dict[str, Any]] | None]) -> None:
+    async def _read_requests(self, reader: asyncio.StreamReader, identity: str, replies: _Replies) -> None:
         while True:
+            await replies.wait_for_room()
             try:
                 async with asyncio.timeout(READ_TIMEOUT_SECONDS):  # no task per line, as wait_for would make
                     line = await reader.readuntil(b"\n")
             except asyncio.IncompleteReadError as partial:
                 if partial.partial.strip():
-                    await replies.put(_done(error("invalid_request", "the last line has no newline")))
+                    replies.add(_done(error("invalid_request", "the last line has no newline")))
                 return
             except asyncio.LimitOverrunError:
-                await replies.put(_done(error("quota_exceeded", f"a line is over {MAX_LINE_BYTES} bytes")))
+                replies.add(_done(error("quota_exceeded", f"a line is over {MAX_LINE_BYTES} bytes")))
                 return
             except TimeoutError:
                 return
             try:
                 request = strictjson.loads_object(line[:-1], max_bytes=MAX_LINE_BYTES)
             except strictjson.StrictJSONError as exc:
-                await replies.put(_done(error("invalid_request", f"not one strict JSON object: {exc}")))
+                replies.add(_done(error("invalid_request", f"not one strict JSON object: {exc}")))
                 continue
             # Created in arrival order: each handler fixes its log position before its first await.
-            await replies.put(spawn(self.service.handle(identity, request), name="signer-request"))
+            replies.add(spawn(self.service.handle(identity, request), name="signer-request"))
 
-    @staticmethod
-    async def _send_in_order(replies: asyncio.Queue[asyncio.Future[dict[str, Any]] | None],
-                             writer: asyncio.StreamWriter) -> None:
-        while (pending := await replies.get()) is not None:
+
+class _Replies:
+    """One connection's unanswered requests, oldest first; each reply is written as soon as it and every
+    reply before it are ready (from the futures' done callbacks: no task wakes up per reply).  Replies
+    that become ready in one turn of the event loop (a group commit answers many at once) go out in one
+    write, not one system call each.
+
+    Bounded: at most MAX_PIPELINED unanswered requests, and no new line is read while the socket's send
+    buffer is over its high-water mark (a caller that does not read its replies stops being read)."""
+
+    def __init__(self, writer: asyncio.StreamWriter) -> None:
+        self.writer = writer
+        self.pending: deque[asyncio.Future[dict[str, Any]]] = deque()
+        self.room = asyncio.Event()
+        self.room.set()
+        self.answered = asyncio.Event()
+        self.answered.set()
+        self.write_due = False  # a write of the ready replies is scheduled for the end of this loop turn
+
+    def add(self, future: asyncio.Future[dict[str, Any]]) -> None:
+        self.pending.append(future)
+        self.answered.clear()
+        if len(self.pending) >= MAX_PIPELINED:
+            self.room.clear()
+        future.add_done_callback(self._schedule_write)
+
+    def _schedule_write(self, _future: asyncio.Future[dict[str, Any]]) -> None:
+        if not self.write_due:
+            self.write_due = True
+            asyncio.get_running_loop().call_soon(self._write_ready)
+
+    def _write_ready(self) -> None:
+        self.write_due = False
+        pending = self.pending
+        lines = []
+        while pending and pending[0].done():
+            future = pending.popleft()
             try:
-                reply = await pending
-            except Exception as exc:  # a handler bug must still be answered, never a silent drop
+                reply = future.result()
+            except (Exception, asyncio.CancelledError) as exc:  # a handler bug must still be answered
                 reply = error("unavailable", f"internal error: {type(exc).__name__}: {exc}")
-            writer.write(encode_reply(reply))
-            if replies.empty():
-                await writer.drain()
+            lines.append(encode_reply(reply))
+        if lines and not self.writer.is_closing():
+            self.writer.write(b"".join(lines))
+        if len(pending) < MAX_PIPELINED:
+            self.room.set()
+        if not pending:
+            self.answered.set()
+
+    async def wait_for_room(self) -> None:
+        if not self.room.is_set():
+            await self.room.wait()
+        if self.writer.transport.get_write_buffer_size() > SEND_HIGH_WATER:
+            await self.writer.drain()
+
+    async def finish(self) -> None:
+        """Wait until every request is answered and its reply handed to the socket."""
+        await self.answered.wait()
+        await self.writer.drain()
 
 
 def _done(reply: dict[str, Any]) -> asyncio.Future[dict[str, Any]]:

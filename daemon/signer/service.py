@@ -131,7 +131,9 @@ class SignerService:
             return await self._run_handler(method, identity, request)
         request_id = request["request_id"]
         key = ReplyWindow.key(identity, request_id)
-        mac = self._request_mac(request)
+        # the args' canonical bytes are inside both the request MAC and (for decide) the args commitment
+        encoded = {"args": strictjson.canonical(request["args"])} if "args" in request else None
+        mac = self._request_mac(request, encoded)
         pending = self._inflight.get(key)
         if pending is not None:  # the first one is still being answered: its record may not be durable yet
             first_method, first_mac, first_reply = pending
@@ -149,14 +151,15 @@ class SignerService:
         future: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._inflight[key] = (method, mac, future)
         try:
-            reply = await self._run_handler(method, identity, request, mac)
+            reply = await self._run_handler(method, identity, request, mac, encoded)
             future.set_result(reply)
             return reply
         finally:
             self._inflight.pop(key, None)
 
-    async def _run_handler(self, method: str, identity: str, request: dict[str, Any], mac: str = "") -> dict[str, Any]:
-        request = {**request, "_mac": mac}
+    async def _run_handler(self, method: str, identity: str, request: dict[str, Any], mac: str = "",
+                           encoded: dict[str, bytes] | None = None) -> dict[str, Any]:
+        request = {**request, "_mac": mac, "_encoded": encoded}
         try:
             return await self._handlers[method](identity, request)
         except RequestRefused as refused:
@@ -189,9 +192,9 @@ class SignerService:
             reply["checkpoint_size"], _ = self.store.checkpoint()
         return reply
 
-    def _request_mac(self, request: dict[str, Any]) -> str:
+    def _request_mac(self, request: dict[str, Any], encoded: dict[str, bytes] | None = None) -> str:
         body = {k: v for k, v in request.items() if k != "run_token"}
-        return hmac.digest(self.keys.salt_key, b"request:" + strictjson.canonical(body), "sha256").hex()[:32]
+        return self.keys.salt_mac.digest(b"request:" + strictjson.canonical_object(body, encoded)).hex()[:32]
 
     def _mint(self, run_id: str, owner: str, expires: int) -> str:
         return runtoken.mint(self.keys.run_token_key, run_id, owner, expires)
@@ -295,7 +298,8 @@ class SignerService:
             "verdict": verdict.verdict,
             "rule_ids": list(verdict.rule_ids),
             "reason": verdict.reason,
-            "args": commitments.commit(self.keys.salt(decision_id), {"tool": tool, "args": args}),
+            "args": commitments.commit(self.keys.salt(decision_id), {"tool": tool, "args": args},
+                                       request.get("_encoded")),
         }
         if run.containment != "active":
             data.update(verdict="deny", rule_ids=[CONTAINED_RULE, *data["rule_ids"]],
