@@ -9,11 +9,10 @@ as the package ``guest`` and a file the job drops next to the folder can never s
 
 from __future__ import annotations
 
-import argparse
 import importlib
 import os
 import sys
-from types import ModuleType
+from types import ModuleType, SimpleNamespace
 
 DEFAULT_BOOT_SOCKET = "/run/tkbox/boot.sock"
 
@@ -28,18 +27,34 @@ def _agent_module() -> ModuleType:
     return importlib.import_module(f"{os.path.basename(here)}.agent")
 
 
-def main(argv: list[str] | None = None) -> int:
+DEFAULTS = SimpleNamespace(boot_socket=DEFAULT_BOOT_SOCKET, agent_socket=None, drain_ms=1000, no_forwarder=False)
+
+
+def parse_args(argv: list[str]) -> SimpleNamespace:
+    """The options; in a box there are none (the host starts ``python3 -I -S /run/tkbox/guest``), and then
+    argparse, ~10 ms of a box's start with its gettext look-ups, is never loaded."""
+    if not argv:
+        return SimpleNamespace(**vars(DEFAULTS))
+    import argparse
+
     parser = argparse.ArgumentParser(prog="tkbox-guest", description="The tkbox guest agent (PID 1 in a box).")
-    parser.add_argument("--boot-socket", default=DEFAULT_BOOT_SOCKET, help="where to read the boot config")
-    parser.add_argument("--agent-socket", default=None,
+    parser.add_argument("--boot-socket", default=DEFAULTS.boot_socket, help="where to read the boot config")
+    parser.add_argument("--agent-socket", default=DEFAULTS.agent_socket,
                         help="the agent socket (default: the boot config's agent_socket, /run/tkbox/agent.sock)")
-    parser.add_argument("--drain-ms", type=int, default=1000,
+    parser.add_argument("--drain-ms", type=int, default=DEFAULTS.drain_ms,
                         help="how long to wait for an exec's pipes after it ended (default 1000)")
     parser.add_argument("--no-forwarder", action="store_true",
                         help="do not listen on 127.0.0.1:3128 (a guest on a test host, whose loopback is the host's)")
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv, namespace=SimpleNamespace())
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
     # Nothing the launcher left open is ours to keep (bwrap leaves its --userns fd): stdio only, from here on.
     os.closerange(3, 1 << 20)
+    # The guest never speaks TLS, yet asyncio imports ssl (and OpenSSL) when it can: ~9 ms of every box's start.
+    # A None entry makes ``import ssl`` fail as if it were absent, which asyncio allows (it then has no TLS).
+    sys.modules.setdefault("ssl", None)  # type: ignore[arg-type]
     agent = _agent_module()
     return agent.run(args.boot_socket, args.agent_socket, drain_s=max(0, args.drain_ms) / 1000,
                      forward=not args.no_forwarder)

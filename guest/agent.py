@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import errno
-import hashlib
 import os
 import signal
 import stat
@@ -19,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import Coroutine, Iterable, Iterator
 from typing import Any
 
-from . import diff, protocol
+from . import protocol
 from .boot import BootConfig, BootError, JobUser, read_boot_config
 from .capabilities import CapabilityError, restrict_to
 from .channel import Channel, ChannelClosed
@@ -246,6 +245,8 @@ class Agent:
 
     async def _stream(self, ident: int, blocks: Iterator[bytes]) -> tuple[int, str]:
         """Send ``blocks`` (produced in a worker thread) as DATA frames; returns (size, sha256 digest)."""
+        import hashlib  # loads OpenSSL's libcrypto: on the first diff or file read, not at every box's start
+
         digest, size = hashlib.sha256(), 0
         while True:
             block = await asyncio.to_thread(next, blocks, None)
@@ -256,6 +257,8 @@ class Agent:
             await self.channel.send(protocol.encode_id_frame(protocol.DATA, ident, block))
 
     async def diff(self, ident: int, req: dict[str, Any]) -> None:
+        from . import diff  # imported on the first diff, not at every box's start (~8 ms of it)
+
         merged = self.config.workspace if os.path.isdir(self.config.workspace) else None
         summaries: list[dict[str, Any]] = []
         # only the xattr the kernel itself reads: a job may set user.overlay.opaque on its own directories

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 import time
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from . import protocol
 
@@ -15,8 +15,7 @@ class BootError(Exception):
     """The boot configuration could not be read or is invalid."""
 
 
-@dataclass(frozen=True)
-class JobUser:
+class JobUser(NamedTuple):
     """The in-box user every exec runs as (never the guest's own uid), and its home."""
 
     uid: int
@@ -24,8 +23,10 @@ class JobUser:
     home: str
 
 
-@dataclass(frozen=True)
-class BootConfig:
+class BootConfig(NamedTuple):
+    """What the host tells the guest at boot (immutable; a NamedTuple, so the guest does not load ``dataclasses``:
+    ~2.5 ms of every box's start)."""
+
     box_id: str
     env: dict[str, str]
     workspace: str

@@ -327,3 +327,42 @@ def test_box_ids_are_validated(tmp_path):
     for bad in ("", "../x", "A", "x" * 64, "a b", "a\n"):
         with pytest.raises(ValueError):
             allocator.allocate(bad)
+
+
+def test_a_pair_is_the_two_lowest_free_uids_read_in_one_pass_and_skips_a_live_process(tmp_path):
+    reads = []
+    host = HostIds(subuid=tmp_path / "subuid", subgid=tmp_path / "subgid", account={}.get,
+                   processes=lambda: reads.append(1) or {FIRST_BOX_UID + 1})
+    allocator = daemon(tmp_path / "reg", "/state/a", host)
+    assert allocator.allocate_pair("box-a") == (FIRST_BOX_UID, FIRST_BOX_UID + 2) and len(reads) == 1
+    assert allocator.claimed() == {FIRST_BOX_UID: "box-a", FIRST_BOX_UID + 2: "box-a"}
+
+
+def test_a_pair_where_only_one_uid_is_free_claims_neither(tmp_path):
+    allocator = daemon(tmp_path / "reg", "/state/a", quiet_host(tmp_path), count=3)
+    allocator.allocate("box-a")
+    allocator.allocate_pair("box-b")
+    with pytest.raises(UidsExhausted):
+        allocator.allocate_pair("box-c")
+    assert sorted(allocator.claimed().values()) == ["box-a", "box-b", "box-b"]
+    assert allocator.release(FIRST_BOX_UID, "box-a")
+    with pytest.raises(UidsExhausted):
+        allocator.allocate_pair("box-c")
+    assert "box-c" not in allocator.claimed().values()
+
+
+def test_a_pair_whose_second_claim_cannot_be_written_leaves_the_first_unclaimed(tmp_path, monkeypatch):
+    allocator = daemon(tmp_path / "reg", "/state/a", quiet_host(tmp_path))
+    write = UidAllocator._write
+    writes = []
+
+    def second_fails(self, claim):
+        writes.append(claim.uid)
+        if len(writes) == 2:
+            raise OSError(28, "No space left on device (test)")
+        write(self, claim)
+
+    monkeypatch.setattr(UidAllocator, "_write", second_fails)
+    with pytest.raises(OSError, match="No space left"):
+        allocator.allocate_pair("box-a")
+    assert len(writes) == 2 and allocator.claimed() == {}

@@ -95,7 +95,10 @@ class BoxSpec:
     the host's ``/usr``. ``state_dir`` holds ``box.log`` and the backend's mount points. ``disks_root``: the
     directory below which the daemon mounts its boxes' disks; a bwrap launcher, whose private mount namespace lives
     as long as its box, drops its copies of the other boxes' disks found there, so a removed box's disk (and its
-    loop device) is freed at once rather than when every box started meanwhile has ended.
+    loop device) is freed at once rather than when every box started meanwhile has ended. ``userns_fd``: for a
+    backend that ``takes_user_namespace``, an fd of the box's user namespace the daemon made beforehand
+    (``userns.box_user_namespace``, while the layers were built; the daemon closes it once ``start`` returns);
+    None: the launcher makes it.
     """
 
     box_id: str
@@ -116,6 +119,7 @@ class BoxSpec:
     log_limit_bytes: int = DEFAULT_LOG_LIMIT_BYTES
     use_cgroups: bool = True  # False: no limits, pause by signals (saves the ~10 ms cgroup v1 attach)
     disks_root: Path | None = None
+    userns_fd: int | None = None
 
     def __post_init__(self) -> None:
         if not _BOX_ID.match(self.box_id):
@@ -154,6 +158,9 @@ class BoxSpec:
             raise ValueError("cwd must be an absolute path inside the box")
         if not 4096 <= self.log_limit_bytes <= 1 << 30:
             raise ValueError("log_limit_bytes must be between 4 KiB and 1 GiB")
+        if self.userns_fd is not None and (isinstance(self.userns_fd, bool) or not isinstance(self.userns_fd, int)
+                                           or self.userns_fd < 0):
+            raise ValueError(f"userns_fd must be an open fd or None, not {self.userns_fd!r}")
 
     @property
     def log_path(self) -> Path:
@@ -212,6 +219,7 @@ class BoxBackend(ABC):
     isolated: ClassVar[bool]  # namespaces, minimal root, seccomp, unprivileged host uid (False only in tests)
     applies_limits: ClassVar[bool]  # cgroup limits when the controllers exist
     can_pause: ClassVar[bool] = True
+    takes_user_namespace: ClassVar[bool] = False  # starts the box in ``BoxSpec.userns_fd`` when one is given
 
     @abstractmethod
     async def start(self, spec: BoxSpec, argv: list[str]) -> BoxProcess:

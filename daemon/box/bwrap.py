@@ -5,8 +5,9 @@ The launcher L the daemon forks (root) enters a private mount namespace and moun
 bwrap finds each bind source by path (``/proc/self/fd/N`` read as a link), as the guest's uid, yet the layers
 live below a directory only root may enter: L stages them in a small tmpfs of its own namespace (``_stage``),
 so the guest's uid passes only the launcher's mount point, and no other user reaches a layer at all.
-It makes the box's user namespace (``userns.py``: in-box root is host uid U, the guest's; in-box 1000 is host
-uid J, the jobs'), then forks a child that drops to U with no groups and no capabilities and execs bwrap. bwrap
+It takes the box's user namespace (``userns.py``: in-box root is host uid U, the guest's; in-box 1000 is host
+uid J, the jobs'; made by the daemon while the layers were built, else by L), then forks a child that drops to U
+with no groups and no capabilities and execs bwrap. bwrap
 (not setuid) enters that namespace (``--userns``; U owns it), keeps only the guest's capabilities there, and
 creates new pid, net, ipc, uts and cgroup namespaces, and builds the minimal root from the plan in ``layout.py`` using the fds L opened (``--bind-fd``),
 so no host path is looked up again. ``--as-pid-1`` makes our argv PID 1; ``--json-status-fd`` tells L its host
@@ -122,6 +123,7 @@ class BwrapBackend(BoxBackend):
     name = "bwrap"
     isolated = True
     applies_limits = True
+    takes_user_namespace = True
 
     def __init__(self, bwrap_path: str | None = None) -> None:
         self.bwrap_path = bwrap_path
@@ -149,7 +151,9 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     (its death signal is SIGTERM, handled, not SIGKILL).
     """
     launch.child_prologue(daemon_pid=ctx.daemon_pid, log_fd=ctx.log_fd)
-    userns_fd = create_user_namespace(ctx.spec)  # before any thread: it forks
+    userns_fd = ctx.spec.userns_fd  # made by the daemon while the layers were built (the cgroup join starts sooner)
+    if userns_fd is None:
+        userns_fd = create_user_namespace(ctx.spec)  # before any thread: it forks
     joining = launch.BackgroundJoin(ctx.cgroup_procs, os.getpid())  # bwrap and the box inherit our cgroups
     launch.lower_own_oom_score()
     set_child_subreaper()

@@ -58,10 +58,35 @@ def mapping_namespace(owner_uid: int, owner_gid: int, job_uid: int) -> int:
         raise IdmapError(error.errno or 0, f"the view's user namespace: {error}") from error
 
 
-def mount_view(source: Path, target: Path, *, owner_uid: int, owner_gid: int, job_uid: int) -> None:
+class PremadeMapping:
+    """A mapping namespace made ahead (while the box's disk is started), for the view of one owner only."""
+
+    def __init__(self, owner_uid: int, owner_gid: int, job_uid: int) -> None:
+        self.ids = (owner_uid, owner_gid, job_uid)
+        self.fd = mapping_namespace(owner_uid, owner_gid, job_uid)
+
+    def take(self, owner_uid: int, owner_gid: int, job_uid: int) -> int | None:
+        """The fd, handed over once, when it maps these ids; else None (and it is closed)."""
+        fd, self.fd = self.fd, -1
+        if fd >= 0 and self.ids != (owner_uid, owner_gid, job_uid):
+            os.close(fd)
+            return None
+        return fd if fd >= 0 else None
+
+    def close(self) -> None:
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+
+
+def mount_view(source: Path, target: Path, *, owner_uid: int, owner_gid: int, job_uid: int,
+               premade: PremadeMapping | None = None) -> None:
     """Mount at ``target`` (an empty directory) a read-only, nosuid, nodev bind of ``source`` on which
-    ``owner_uid``'s files read as ``job_uid``'s (see the module docstring). Raises ``IdmapError``."""
-    userns = mapping_namespace(owner_uid, owner_gid, job_uid)
+    ``owner_uid``'s files read as ``job_uid``'s (see the module docstring); ``premade``'s namespace is used when
+    it maps exactly these ids. Raises ``IdmapError``."""
+    userns = premade.take(owner_uid, owner_gid, job_uid) if premade is not None else None
+    if userns is None:
+        userns = mapping_namespace(owner_uid, owner_gid, job_uid)
     try:
         tree = _call(SYS_OPEN_TREE, ctypes.c_int(AT_FDCWD), os.fsencode(source),
                      ctypes.c_uint(OPEN_TREE_CLONE | os.O_CLOEXEC), what=f"open_tree {source}")

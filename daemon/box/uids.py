@@ -168,24 +168,53 @@ class UidAllocator:
     def allocate(self, box_id: str) -> int:
         """Claim the lowest free uid for ``box_id``. Raises ``UidsExhausted`` when none is left, and
         ``UidRegistryError`` while ``/etc/subuid`` or ``/etc/subgid`` cannot be read whole."""
+        return self._allocate(box_id, 1)[0]
+
+    def allocate_pair(self, box_id: str) -> tuple[int, int]:
+        """Claim the two lowest free uids for ``box_id`` (a box's guest and its jobs), both or neither, in one pass
+        (one read of the registry and of the host's processes, which is most of a claim's cost). Raises as
+        ``allocate``."""
+        first, second = self._allocate(box_id, 2)
+        return first, second
+
+    def _allocate(self, box_id: str, count: int) -> list[int]:
         if not BOX_ID.match(box_id):
             raise ValueError(f"invalid box id {box_id!r}")
         with self._locked():
             ranges = self._subid_ranges()
             listing = self._list()
             in_use = self.host.processes()
-            uid = self._first_free(listing, ranges, in_use)
-            if uid is None and self._reclaim(listing, in_use):
-                uid = self._first_free(self._list(), ranges, in_use)
-            if uid is None:
+            uids = self._free(listing, ranges, in_use, count)
+            if uids is None and self._reclaim(listing, in_use):
+                uids = self._free(self._list(), ranges, in_use, count)
+            if uids is None:
                 raise UidsExhausted(f"all {self.count} box uids from {self.first} are claimed or used by the host; "
                                     f"remove boxes you no longer need (tkbox rm)")
+            written: list[int] = []
             try:
-                self._write(Claim(uid, box_id, self.holder))
-            except FileExistsError:
-                raise UidRegistryError(f"uid {uid} was claimed in {self.registry} without its lock: something other "
-                                       "than tkbox writes there; find it and stop it") from None
-            return uid
+                for uid in uids:
+                    try:
+                        self._write(Claim(uid, box_id, self.holder))
+                    except FileExistsError:
+                        raise UidRegistryError(f"uid {uid} was claimed in {self.registry} without its lock: something "
+                                               "other than tkbox writes there; find it and stop it") from None
+                    written.append(uid)
+            except BaseException:
+                for uid in written:  # both or neither
+                    with contextlib.suppress(FileNotFoundError):
+                        os.unlink(str(uid), dir_fd=self._dir_fd)
+                raise
+            return uids
+
+    def _free(self, listing: ClaimListing, ranges: IdRanges, in_use: set[int], count: int) -> list[int] | None:
+        """The ``count`` lowest free uids, or None when there are fewer."""
+        found: list[int] = []
+        while len(found) < count:
+            uid = self._first_free(listing, ranges, in_use | set(found))
+            if uid is None:
+                return None
+            found.append(uid)
+        return found
 
     def release(self, uid: int, box_id: str) -> bool:
         """Give ``uid`` back if ``box_id`` of this holder's daemon holds it; False when it did not."""

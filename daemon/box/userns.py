@@ -12,15 +12,21 @@ groups of every exec it starts.
 
 from __future__ import annotations
 
+import contextlib
 import os
 
 from tkbox_daemon.box.backend import BOX_AGENT_UID, BOX_JOB_UID, BoxSpec
 from tkbox_daemon.box.syscalls import CLONE_NEWUSER, unshare, write_proc_file
+from tkbox_daemon.box.uids import FIRST_BOX_UID
 
 
 def id_map(spec: BoxSpec) -> str:
     """The uid (and gid) map of a box: in-box root to the guest's host uid, in-box 1000 to the job's."""
-    return f"{BOX_AGENT_UID} {spec.box_uid} 1\n{BOX_JOB_UID} {spec.job_uid} 1\n"
+    return id_map_of(spec.box_uid, spec.job_uid)
+
+
+def id_map_of(box_uid: int, job_uid: int) -> str:
+    return f"{BOX_AGENT_UID} {box_uid} 1\n{BOX_JOB_UID} {job_uid} 1\n"
 
 
 def write_id_maps(pid: int, spec: BoxSpec) -> None:
@@ -31,7 +37,17 @@ def write_id_maps(pid: int, spec: BoxSpec) -> None:
 
 def create_user_namespace(spec: BoxSpec) -> int:
     """A new user namespace owned by ``spec.box_uid`` with the box's two-entry maps; returns an fd of it."""
-    return held_user_namespace(id_map(spec), id_map(spec), owner_uid=spec.box_uid)
+    return box_user_namespace(spec.box_uid, spec.job_uid)
+
+
+def box_user_namespace(box_uid: int, job_uid: int) -> int:
+    """``create_user_namespace`` from the two uids alone, so the daemon can make it while the box's layers are
+    built (``BoxSpec.userns_fd``). Blocks briefly (a fork): run it in a thread."""
+    if min(box_uid, job_uid) < FIRST_BOX_UID or box_uid == job_uid:  # what BoxSpec checks, before anything exists
+        raise ValueError(f"a box's user namespace needs two different box uids >= {FIRST_BOX_UID}, not "
+                         f"{box_uid} and {job_uid}")
+    mapping = id_map_of(box_uid, job_uid)
+    return held_user_namespace(mapping, mapping, owner_uid=box_uid)
 
 
 def held_user_namespace(uid_map: str, gid_map: str, *, owner_uid: int | None = None) -> int:
@@ -39,7 +55,8 @@ def held_user_namespace(uid_map: str, gid_map: str, *, owner_uid: int | None = N
 
     A short-lived child (first dropping to ``owner_uid`` with no groups, which makes that uid the namespace's
     owner; else the namespace is root's) unshares; this process (root) writes the maps and opens the namespace,
-    which lives on as long as the returned fd is open. The child never runs anything else.
+    which lives on as long as the returned fd is open. The child never runs anything else. Safe to call from
+    several threads at once (the daemon makes a box's namespaces beside each other).
     """
     ready_r, ready_w = os.pipe2(os.O_CLOEXEC)
     done_r, done_w = os.pipe2(os.O_CLOEXEC)
@@ -69,5 +86,9 @@ def held_user_namespace(uid_map: str, gid_map: str, *, owner_uid: int | None = N
         return os.open(f"/proc/{pid}/ns/user", os.O_RDONLY | os.O_CLOEXEC)
     finally:
         os.close(ready_r)
-        os.close(done_w)  # the helper reads EOF (or our byte) and exits
+        # A byte, not only EOF: a process forked meanwhile by another thread (another helper, a box's launcher)
+        # holds a copy of done_w until it exits or closes it, and two helpers would each wait for the other.
+        with contextlib.suppress(OSError):  # the helper is gone already (EPIPE)
+            os.write(done_w, b"1")
+        os.close(done_w)
         os.waitpid(pid, 0)

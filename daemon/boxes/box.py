@@ -11,27 +11,22 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-import os
 import shutil
-import sys
 import time
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from .. import limits
 from ..approvals.box_approvals import BoxApprovals
-from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxProcess, BoxSpec
+from ..box.backend import BoxBackend, BoxProcess
 from ..box.disk import DiskError
-from ..box.etcgen import generate_etc
 from ..doors.commands import ExecRefused, start_refusal
 from ..egress.allowlist import Allowlist
 from ..egress.box_context import BoxEgress
 from ..patch import PatchError
-from ..rules import PROXY_ENV
 from ..tasks import spawn
 from ..wire import BoxInfo
-from .channels import AgentListener, BootServer
+from .box_start import register_run, start_box
 from .egress_listener import EgressHandler, EgressListener, refuse_door_not_enabled
 from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
@@ -48,8 +43,6 @@ from .settings import BoxSettings
 if TYPE_CHECKING:
     from .manager import BoxManager
 
-GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
-GUEST_CONNECT_TIMEOUT = 20.0
 GUEST_END_WAIT = 2.0  # seconds to wait for PID 1's exit status once its channel has ended
 EARLY_POLL_PERIOD = 60.0
 
@@ -208,51 +201,25 @@ class Box:
 
     # ---- creation ----------------------------------------------------------------------
     async def create(self, backend: BoxBackend) -> None:
-        """Register the run, build the workspace and /etc, start the box and wait for its guest."""
+        """Register the run, build the workspace and /etc, start the box and wait for its guest.
+
+        The run's registration (the signer, its fsyncs) and the box's start (layers, launcher, the guest's own
+        start) need nothing of each other, so they run at the same time; both must be done, and neither failed,
+        before the box is ``running`` or its egress door decides anything. A failure of either is raised only once
+        both have ended (nothing is cancelled half-way: a registered run is then closed, a started box killed,
+        by the caller's ``fail``); the registration's error comes first."""
         self.state_dir.mkdir(parents=True, mode=0o700)
         self.layers.make_root()
         self.runtime_dir.mkdir(mode=0o700)
         self.manager.events.attach_box(self.id, self.state_dir)
         self.emit("box.created", {"name": self.settings.name, "workspace": str(self.settings.workspace),
                                   "image": self.settings.image})
-        # a real box's disk is formatted (in its own process) while the run is registered
-        disk_bytes = self.settings.limit("disk") if backend.isolated else None
-        for outcome in await asyncio.gather(self._register_run(), asyncio.to_thread(self.layers.start, disk_bytes),
-                                            return_exceptions=True):
+        for outcome in await asyncio.gather(register_run(self), start_box(self, backend), return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome
-        layers = await asyncio.to_thread(self._prepare_layers)
-        os.chown(self.runtime_dir, self.uid, self.uid)  # the box uid connects to its channel sockets
-        os.chmod(self.runtime_dir, 0o700)
-        boot = BootServer(self.runtime_dir / "boot.sock", self.uid, self._boot_config(backend, layers))
-        agent = AgentListener(self.runtime_dir / "agent.sock", self.uid)
         self.egress_handler = BoxEgress(self, host_addresses=self.manager.host_addresses,
                                         extra_blocked=map(ipaddress.ip_network, self.manager.config.egress_block)
                                         ).handle
-        self.egress = EgressListener(self.runtime_dir / "egress.sock", self.uid,
-                                     lambda reader, writer: self.egress_handler(reader, writer))
-        await boot.start()
-        await agent.start()
-        await self.egress.start()
-        try:
-            spec = BoxSpec(
-                box_id=self.id, state_dir=self.layers.backend, base_dir=layers["base"],
-                upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=self.uid,
-                job_uid=self.job_uid,
-                channels={"boot": boot.path, "agent": agent.path, "egress": self.egress.path},
-                guest_dir=self.manager.guest_dir,
-                image_root=Path(self.settings.image[4:]) if self.settings.image.startswith("dir:") else None,
-                limits=BoxLimits(memory_bytes=self.settings.limit("memory"), pids_max=self.settings.limit("pids"),
-                                 cpu_quota_us=self.settings.limit("cpus") * 100_000),
-                disks_root=self.manager.config.paths.box_state_root,
-            )
-            self.process = await backend.start(spec, self._guest_argv(backend, boot.path))
-            reader, writer = await agent.wait(GUEST_CONNECT_TIMEOUT)
-        finally:
-            await boot.close()
-            await agent.close()
-        self.link = GuestLink(reader, writer, on_failure=self._guest_failed)
-        await asyncio.wait_for(self.link.request("ping"), GUEST_CONNECT_TIMEOUT)
         self.set_state("running")
         self.allowlist.announce_start()
         self._tasks = [
@@ -263,51 +230,6 @@ class Box:
             self._tasks.append(spawn(self._poll_containment(), name=f"box-containment-{self.id}"))
         if self.layers.has_disk():
             self._tasks.append(spawn(self.limit_watch.watch_disk(), name=f"box-disk-{self.id}"))
-
-    async def _register_run(self) -> None:
-        if self.manager.signer is not None:
-            self.recorder = RunRecorder(self.manager.signer, self.id, stop_box=self._stop_for_loss,
-                                        on_event=self.emit)
-            await self.recorder.register({"box_id": self.id, **self.settings.public()}, self.settings.task)
-        else:
-            self.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
-
-    def _prepare_layers(self) -> dict[str, Path]:
-        """The base copy and, for a real box, its own disk of ``limits.disk`` bytes for what it writes."""
-        layers = {"base": self.layers.base, "upper": self.layers.upper, "work": self.layers.work,
-                  "etc": self.manager.etc_dir}
-        if self.settings.image.startswith("dir:"):  # an image brings its own /usr: no host loader cache in /etc
-            layers["etc"] = self.layers.etc
-            generate_etc(layers["etc"], hostname="box", uses_host_usr=False)
-        summary = self.layers.prepare(self.settings.workspace, job_uid=self.job_uid,
-                                      max_files=self.settings.limit("workspace_files"),
-                                      max_bytes=self.settings.limit("workspace_bytes"))
-        layers["base"] = self.layers.lower  # a linked base is seen through its idmapped view
-        self.workspace_summary = summary if isinstance(summary, dict) else dict(vars(summary))
-        return layers
-
-    def _boot_config(self, backend: BoxBackend, layers: dict[str, Path]) -> dict[str, Any]:
-        config: dict[str, Any] = {
-            "box_id": self.id, "env": dict(PROXY_ENV), "workspace": "/workspace",
-            "agent_socket": "/run/tkbox/agent.sock", "egress_socket": "/run/tkbox/egress.sock",
-            "limits": {"exec_timeout_ms": self.settings.limit("exec_timeout") * 1000,
-                       "max_execs": self.settings.limit("execs")},
-            "clock": int(time.time() * 1000),
-        }
-        if backend.isolated:  # execs run as the job user, never as the guest
-            config["job"] = {"uid": BOX_JOB_UID, "gid": BOX_JOB_UID, "home": BOX_HOME}
-        else:  # test backends: the guest runs on the host and sees host paths
-            config.update(workspace=str(layers["base"]), agent_socket=str(self.runtime_dir / "agent.sock"),
-                          base_dir=str(layers["base"]), upper_dir=str(layers["upper"]),
-                          egress_socket=str(self.runtime_dir / "egress.sock"))
-        return config
-
-    def _guest_argv(self, backend: BoxBackend, boot_socket: Path) -> list[str]:
-        if backend.isolated:
-            return GUEST_ARGV
-        # on a test host the guest's loopback is the host's: no forwarder listens there
-        return [sys.executable, "-I", "-S", str(self.manager.guest_dir), "--boot-socket", str(boot_socket),
-                "--no-forwarder"]
 
     # ---- the command door --------------------------------------------------------------
     def exec_session(self, start: ExecStart) -> ExecSession:
@@ -490,10 +412,10 @@ class Box:
         self.exec_history.discard()  # its execs' records and output go with it
         self.set_state("removed")
 
-    async def _stop_for_loss(self, reason: str) -> None:
+    async def stop_for_loss(self, reason: str) -> None:
         spawn(self.stop(reason), name=f"box-stop-{self.id}")
 
-    def _guest_failed(self, reason: str) -> None:
+    def guest_failed(self, reason: str) -> None:
         if self.state in ("stopping", "stopped", "failed", "removed"):
             return
         if self.link is not None and self.link.broke_protocol:

@@ -64,6 +64,7 @@ class BoxLayers:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._pending: disk.PendingDisk | None = None
+        self._premade: idmap.PremadeMapping | None = None
 
     @property
     def backend(self) -> Path:
@@ -136,6 +137,17 @@ class BoxLayers:
         if disk_bytes is not None:
             self._pending = disk.start_disk(self.disk_image, disk_bytes)
 
+    def premake_view(self, workspace: Path, *, job_uid: int) -> None:
+        """Make the view's mapping namespace ahead (a fork), beside ``start``, for the owner ``workspace`` has now;
+        ``prepare`` uses it only if the base's owner is the same, else makes its own. Blocks briefly: run it in a
+        thread. A failure here is no failure: ``prepare`` tries again and says why."""
+        try:
+            info = os.stat(workspace)
+            if os.geteuid() == 0 and info.st_dev == os.stat(self.root).st_dev:  # root: made before start
+                self._premade = idmap.PremadeMapping(info.st_uid, info.st_gid, job_uid)
+        except OSError:
+            pass
+
     def prepare(self, workspace: Path, *, job_uid: int, max_files: int, max_bytes: int) -> dict[str, object]:
         """The rest of the layers: the base copy of ``workspace``, then the disk ``start`` began, mounted, with
         empty upper and work dirs on it (without a disk, in a plain directory). Returns the base copy's summary.
@@ -150,6 +162,7 @@ class BoxLayers:
         finally:
             if pending is not None:
                 pending.abandon()
+            self._drop_premade()
         for path in (self.upper, self.work):
             path.mkdir(mode=0o755)
             os.chown(path, job_uid, job_uid)
@@ -169,7 +182,8 @@ class BoxLayers:
             self.linked_at_file.write_text(f"{linked_at}\n")
             self.view.mkdir(mode=0o755)
             try:  # the last step: a view either is mounted or is not
-                idmap.mount_view(self.base, self.view, owner_uid=owner[0], owner_gid=owner[1], job_uid=job_uid)
+                idmap.mount_view(self.base, self.view, owner_uid=owner[0], owner_gid=owner[1], job_uid=job_uid,
+                                 premade=self._premade)
                 return summary
             except OSError as error:  # no idmapped mounts here: the base must be the jobs' own, so a copy
                 fallback = f"the idmapped view could not be made ({error}); the base was copied"
@@ -182,6 +196,11 @@ class BoxLayers:
         if fallback:
             summary["fallback"] = fallback
         return summary
+
+    def _drop_premade(self) -> None:
+        premade, self._premade = self._premade, None
+        if premade is not None:
+            premade.close()
 
     def has_disk(self) -> bool:
         return disk.is_mounted(self.disk_dir)
@@ -198,6 +217,7 @@ class BoxLayers:
         if self._pending is not None:
             self._pending.abandon()
             self._pending = None
+        self._drop_premade()
         idmap.unmount_view(self.view, self.base)  # the box's mount namespace keeps its own copy while it runs
         try:
             return disk.release(self.disk_dir)

@@ -33,7 +33,8 @@ from ..egress.hostaddrs import HostAddresses
 from ..events import EventBus
 from ..signer_link import AsyncSignerClient, SignerCallError
 from ..wire import BoxInfo
-from .box import GUEST_ARGV, Box, BoxOperationError
+from .box import Box, BoxOperationError
+from .box_start import GUEST_ARGV
 from .channels import ChannelError
 from .guest_link import GuestFailure
 from .layer_reaper import LayerReaper
@@ -114,12 +115,7 @@ class BoxManager:
 
     def _claim_uids(self, box_id: str) -> tuple[int, int]:
         """The guest's host uid and the jobs' (never the same); both or neither."""
-        uid = self.uids.allocate(box_id)
-        try:
-            return uid, self.uids.allocate(box_id)
-        except (UidsExhausted, UidRegistryError):
-            self.uids.release(uid, box_id)
-            raise
+        return self.uids.allocate_pair(box_id)
 
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
