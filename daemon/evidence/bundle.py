@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import base64
 import hashlib
+import io
 import os
 import re
 import zlib
@@ -22,22 +23,7 @@ from .. import strictjson
 from ..fsutil import write_atomically
 from . import merkle
 from .records import Record
-from .zipread import (
-    CENTRAL_HEADER,
-    CENTRAL_SIGNATURE,
-    DEFLATED,
-    DOS_DATE,
-    DOS_TIME,
-    END_RECORD,
-    END_SIGNATURE,
-    EXTERNAL_ATTR,
-    LOCAL_HEADER,
-    LOCAL_SIGNATURE,
-    STORED,
-    VERSION_MADE_BY,
-    VERSION_NEEDED,
-    check_name,
-)
+from .zipwrite import DEFLATED, STORED, ZipStreamWriter
 
 BUNDLE_FORMAT = "tkbox.bundle.v1"
 MANIFEST = "manifest.json"
@@ -147,27 +133,15 @@ def write_bundle(
 
 
 def zip_bytes(entries: Mapping[str, bytes]) -> bytes:
-    """A canonical zip of ``entries`` in the given order (raw deflate unless stored is smaller)."""
-    body = bytearray()
-    directory = bytearray()
+    """A canonical zip of ``entries`` in the given order (raw deflate at level 9 unless stored is smaller)."""
+    handle = io.BytesIO()
+    writer = ZipStreamWriter(handle, level=9)
     for name, content in entries.items():
-        raw_name = check_name(name.encode("ascii")).encode("ascii")
-        compressor = zlib.compressobj(9, zlib.DEFLATED, -15)
-        deflated = compressor.compress(content) + compressor.flush()
-        method, data = (DEFLATED, deflated) if len(deflated) < len(content) else (STORED, content)
-        crc = zlib.crc32(content)
-        offset = len(body)
-        body += LOCAL_HEADER.pack(LOCAL_SIGNATURE, VERSION_NEEDED, 0, method, DOS_TIME, DOS_DATE, crc, len(data),
-                                  len(content), len(raw_name), 0)
-        body += raw_name + data
-        directory += CENTRAL_HEADER.pack(CENTRAL_SIGNATURE, VERSION_MADE_BY, VERSION_NEEDED, 0, method, DOS_TIME,
-                                         DOS_DATE, crc, len(data), len(content), len(raw_name), 0, 0, 0, 0,
-                                         EXTERNAL_ATTR, offset)
-        directory += raw_name
-    end = END_RECORD.pack(END_SIGNATURE, 0, 0, len(entries), len(entries), len(directory), len(body), 0)
-    if len(body) + len(directory) >= 0xFFFFFFFF or len(entries) >= 0xFFFF:
-        raise ValueError("the bundle is too large for a zip without zip64")
-    return bytes(body + directory + end)
+        deflated = zlib.compressobj(9, zlib.DEFLATED, -15)
+        smaller = len(deflated.compress(content) + deflated.flush()) < len(content)
+        writer.add(name, content, DEFLATED if smaller else STORED)
+    writer.finish()
+    return handle.getvalue()
 
 
 def split_policy_name(name: str) -> str | None:

@@ -50,8 +50,9 @@ class ZipStreamWriter:
     """Writes a canonical zip to ``handle`` (seekable, empty, positioned at 0): ``begin``, ``write``… ``end`` per
     entry, then ``finish``."""
 
-    def __init__(self, handle: BinaryIO) -> None:
+    def __init__(self, handle: BinaryIO, level: int = COMPRESSION_LEVEL) -> None:
         self._handle = handle
+        self._level = level
         self._offset = 0
         self.entries: list[WrittenEntry] = []
         self._current: tuple[str, bytes, int, int] | None = None  # name, raw name, method, offset
@@ -68,7 +69,7 @@ class ZipStreamWriter:
             raise ValueError("the bundle has too many entries for a zip without zip64")
         raw_name = check_name(name.encode("ascii")).encode("ascii")
         self._current = (name, raw_name, method, self._offset)
-        self._compressor = zlib.compressobj(COMPRESSION_LEVEL, zlib.DEFLATED, -15) if method == DEFLATED else None
+        self._compressor = zlib.compressobj(self._level, zlib.DEFLATED, -15) if method == DEFLATED else None
         self._crc, self._size, self._written, self._digest = 0, 0, 0, hashlib.sha256()
         self._put(LOCAL_HEADER.pack(LOCAL_SIGNATURE, VERSION_NEEDED, 0, method, DOS_TIME, DOS_DATE, 0, 0, 0,
                                     len(raw_name), 0) + raw_name)
