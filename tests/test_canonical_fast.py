@@ -7,18 +7,10 @@ import rfc8785
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.json_strategies import json_values as json_values_of
 from tkbox_daemon import strictjson
 
-scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1), st.integers(),
-    st.text(), st.text(alphabet=st.characters(max_codepoint=0x7F)),
-    st.floats(allow_nan=False, allow_infinity=False),
-)
-json_values = st.recursive(
-    scalars,
-    lambda children: st.lists(children, max_size=5) | st.dictionaries(st.text(max_size=8), children, max_size=5),
-    max_leaves=30,
-)
+json_values = json_values_of(max_size=5, max_leaves=30)
 
 
 @given(json_values)

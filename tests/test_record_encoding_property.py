@@ -18,6 +18,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from hypothesis import given
 from hypothesis import strategies as st
 
+from tests.json_strategies import json_values as json_values_of
 from tkbox_daemon import strictjson
 from tkbox_daemon.evidence import records
 from tkbox_daemon.evidence.chain import utc_timestamp
@@ -25,16 +26,7 @@ from tkbox_daemon.evidence.chain import utc_timestamp
 KEY = Ed25519PrivateKey.generate()
 KID = records.key_id(KEY.public_key())
 
-scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(min_value=-(2**53) + 1, max_value=2**53 - 1), st.integers(),
-    st.text(), st.text(alphabet=st.characters(max_codepoint=0x7F)),
-    st.floats(allow_nan=False, allow_infinity=False),
-)
-json_values = st.recursive(
-    scalars,
-    lambda children: st.lists(children, max_size=4) | st.dictionaries(st.text(max_size=8), children, max_size=4),
-    max_leaves=20,
-)
+json_values = json_values_of(max_size=4, max_leaves=20)
 hashes = st.builds(lambda raw: "sha256:" + raw.hex(), st.binary(min_size=32, max_size=32))
 # Mostly well-formed fields, sometimes anything: quotes, backslashes, non-ASCII, control characters.
 tricky = st.text(alphabet="ab/:\"\\\x00\x1f\x7f \u00e9\u2028\U0001f600", max_size=6)  # what JSON escapes, and not
