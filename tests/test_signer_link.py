@@ -24,6 +24,7 @@ class ScriptedSigner:
     def __init__(self, answer) -> None:
         self.answer = answer
         self.requests: list[dict] = []
+        self.got_request = asyncio.Event()
         self.connections = 0
         self.server: asyncio.AbstractServer | None = None
 
@@ -37,6 +38,7 @@ class ScriptedSigner:
             while line := await reader.readline():
                 request = json.loads(line)
                 self.requests.append(request)
+                self.got_request.set()
                 reply = self.answer(request)
                 if reply == b"close":
                     break
@@ -151,8 +153,7 @@ async def test_close_fails_the_calls_still_waiting(tmp_path):
     signer = await ScriptedSigner(lambda request: None).start(tmp_path / "s.sock")
     client = AsyncSignerClient(tmp_path / "s.sock")
     waiting = asyncio.ensure_future(client.call("decide", n=1))
-    while not signer.requests:
-        await asyncio.sleep(0.01)
+    await asyncio.wait_for(signer.got_request.wait(), 10)
     await client.close()
     with pytest.raises(SignerUnreachable):
         await waiting
