@@ -83,6 +83,16 @@ class BoxLimits:
             raise ValueError("cpu_quota_us must be at least 1000")
 
 
+def check_box_uids(box_uid: object, job_uid: object) -> None:
+    """A box's two host uids: each an int >= ``FIRST_BOX_UID`` (never root), and different (a job never shares the
+    guest's host uid). Raises ValueError naming the one that is not."""
+    for name, uid in (("box_uid", box_uid), ("job_uid", job_uid)):
+        if isinstance(uid, bool) or not isinstance(uid, int) or uid < FIRST_BOX_UID:
+            raise ValueError(f"{name} must be a host uid >= {FIRST_BOX_UID} (never root), not {uid!r}")
+    if job_uid == box_uid:
+        raise ValueError("job_uid must differ from box_uid: a job must never share the guest's host uid")
+
+
 @dataclass(frozen=True)
 class BoxSpec:
     """Everything a backend needs to start one box. Host paths are absolute and owned by the daemon.
@@ -124,12 +134,7 @@ class BoxSpec:
     def __post_init__(self) -> None:
         if not _BOX_ID.match(self.box_id):
             raise ValueError(f"invalid box id {self.box_id!r}")
-        if isinstance(self.box_uid, bool) or not isinstance(self.box_uid, int) or self.box_uid < FIRST_BOX_UID:
-            raise ValueError(f"box_uid must be a host uid >= {FIRST_BOX_UID} (never root), not {self.box_uid!r}")
-        if isinstance(self.job_uid, bool) or not isinstance(self.job_uid, int) or self.job_uid < FIRST_BOX_UID:
-            raise ValueError(f"job_uid must be a host uid >= {FIRST_BOX_UID} (never root), not {self.job_uid!r}")
-        if self.job_uid == self.box_uid:
-            raise ValueError("job_uid must differ from box_uid: a job must never share the guest's host uid")
+        check_box_uids(self.box_uid, self.job_uid)
         for name in ("state_dir", "base_dir", "upper_dir", "work_dir", "etc_dir", "guest_dir", "image_root",
                      "disks_root"):
             value = getattr(self, name)

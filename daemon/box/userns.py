@@ -15,9 +15,8 @@ from __future__ import annotations
 import contextlib
 import os
 
-from tkbox_daemon.box.backend import BOX_AGENT_UID, BOX_JOB_UID, BoxSpec
+from tkbox_daemon.box.backend import BOX_AGENT_UID, BOX_JOB_UID, BoxSpec, check_box_uids
 from tkbox_daemon.box.syscalls import CLONE_NEWUSER, unshare, write_proc_file
-from tkbox_daemon.box.uids import FIRST_BOX_UID
 
 
 def id_map(spec: BoxSpec) -> str:
@@ -43,9 +42,7 @@ def create_user_namespace(spec: BoxSpec) -> int:
 def box_user_namespace(box_uid: int, job_uid: int) -> int:
     """``create_user_namespace`` from the two uids alone, so the daemon can make it while the box's layers are
     built (``BoxSpec.userns_fd``). Blocks briefly (a fork): run it in a thread."""
-    if min(box_uid, job_uid) < FIRST_BOX_UID or box_uid == job_uid:  # what BoxSpec checks, before anything exists
-        raise ValueError(f"a box's user namespace needs two different box uids >= {FIRST_BOX_UID}, not "
-                         f"{box_uid} and {job_uid}")
+    check_box_uids(box_uid, job_uid)  # what BoxSpec checks, before anything exists
     mapping = id_map_of(box_uid, job_uid)
     return held_user_namespace(mapping, mapping, owner_uid=box_uid)
 
