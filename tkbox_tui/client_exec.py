@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import base64
 import json
-from collections.abc import AsyncIterator, Coroutine
+from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING, Any
 
 from tkbox_daemon.limits import API_MESSAGE
 
 from .client_errors import DaemonError
 from .client_http import request_target
+from .client_loopless import finish
 from .client_ws_upgrade import WebSocketRefused
 
 if TYPE_CHECKING:
@@ -105,9 +106,8 @@ class ExecCall:
             granted = credit_in(decoded)
             if granted is not None:
                 self._grant(granted)
-                if decoded.get("type") == "stdin_credit":
-                    continue
-            yield decoded
+            if not is_credit_only(decoded):
+                yield decoded
 
     async def close(self) -> None:
         if self.ws is not None:
@@ -138,7 +138,7 @@ class BlockingExecCall:
                                              max_message=API_MESSAGE.default)
         except WebSocketRefused as refused:
             if refused.status == 404:  # the daemon's words come from asking for the box (no loop: one step)
-                _finished(self.client.box(self.ref))
+                finish(self.client.box(self.ref))
             raise DaemonError("exec_failed", f"the daemon refused the exec ({refused.status})",
                               refused.status) from None
         self._send_json(message)
@@ -160,16 +160,10 @@ class BlockingExecCall:
             return None
         out: list[dict[str, Any] | tuple[int, bytes]] = []
         for message in messages:
-            if isinstance(message, bytes):
-                out.append(output_frame(message))
-                continue
             decoded = daemon_message(message)
-            granted = credit_in(decoded)
-            if granted is not None:
-                self.credit += granted
-                if decoded.get("type") == "stdin_credit":
-                    continue
-            out.append(decoded)
+            self.credit += credit_in(decoded) or 0
+            if not is_credit_only(decoded):
+                out.append(decoded)
         return out
 
     def _send_json(self, message: dict[str, Any]) -> None:
@@ -246,14 +240,9 @@ def credit_in(message: dict[str, Any] | tuple[int, bytes]) -> int | None:
     return None
 
 
-def _finished(coroutine: Coroutine[Any, Any, Any]) -> Any:
-    """A client call's coroutine run to its end with no loop (it does blocking I/O; see ``tkbox_tui.cli.loopless``)."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise RuntimeError("a client call waited for an event loop")
+def is_credit_only(message: dict[str, Any] | tuple[int, bytes]) -> bool:
+    """A ``stdin_credit`` message: the exec call keeps its grant; the caller never sees it."""
+    return isinstance(message, dict) and message.get("type") == "stdin_credit"
 
 
 def exec_message(text: str) -> dict[str, Any]:

@@ -9,25 +9,11 @@ KeyboardInterrupt wherever the command is (but in ``exec_driver``, which handles
 
 from __future__ import annotations
 
-from collections.abc import Coroutine
-from typing import Any, TypeVar
+from typing import Any
 
-T = TypeVar("T")
+from ..client_loopless import NeedsEventLoop, finish
 
-
-class NeedsEventLoop(RuntimeError):
-    """The coroutine awaited something only an event loop gives (a bug: that command must run under asyncio)."""
-
-
-def finish(coroutine: Coroutine[Any, Any, T]) -> T:
-    """Step ``coroutine`` once: its result, or its exception as it is; a coroutine that suspends is closed and
-    ``NeedsEventLoop``."""
-    try:
-        coroutine.send(None)
-    except StopIteration as done:
-        return done.value
-    coroutine.close()
-    raise NeedsEventLoop(f"{coroutine.__qualname__} waited for an event loop; run it with asyncio.run")
+__all__ = ["InterruptPoints", "NeedsEventLoop", "finish"]
 
 
 class InterruptPoints:
