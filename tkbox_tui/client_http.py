@@ -73,7 +73,13 @@ class HttpExchange:
         return request_head(self.method, self.target, self.body, self.content_type) + self.body
 
     def read_size(self) -> int:
-        """How many bytes a driver may read next (0: the reply is over its cap; ``over_cap`` is the error)."""
+        """How many bytes a driver may read next; raises the over-cap error when none may be."""
+        room = self._room()
+        if room == 0:
+            raise self.over_cap()
+        return room
+
+    def _room(self) -> int:
         if self.body_cap is None:
             return READ_SIZE
         return max(0, min(READ_SIZE, HEAD_CAP + self.body_cap + 1 - self.bytes_read))
@@ -101,7 +107,7 @@ class HttpExchange:
                 if self.body_cap is not None and self.body_received > self.body_cap:
                     raise self.over_cap()
                 pieces.append(part)
-        if not self.finished and self.body_cap is not None and self.read_size() == 0:
+        if not self.finished and self.body_cap is not None and self._room() == 0:
             raise self.over_cap()
         return pieces
 
@@ -157,8 +163,6 @@ def pieces_blocking(socket_path: object, exchange: HttpExchange) -> Iterator[Hea
 def _read_blocking(sock: socket.socket, exchange: HttpExchange) -> Iterator[Head | bytes]:
     while True:
         size = exchange.read_size()
-        if size == 0:
-            raise exchange.over_cap()
         try:
             data = sock.recv(size)
         except OSError:

@@ -39,8 +39,6 @@ async def pieces_async(socket_path: object, exchange: HttpExchange) -> AsyncIter
             raise lost() from None
         while True:
             size = exchange.read_size()
-            if size == 0:
-                raise exchange.over_cap()
             try:
                 data = await reader.read(size)
             except OSError:
