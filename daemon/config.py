@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from .box.uids import HOST_UID_REGISTRY
-from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
+from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON, BOXES_STARTED_AHEAD
 from .signer.paths import PathError, SignerPaths, ensure_private_dir
 from .wire import daemon_runtime_dir
 
@@ -113,6 +113,7 @@ class DaemonConfig:
     signer: SignerPaths
     unrecorded: bool = False
     max_boxes: int = BOXES_PER_DAEMON.default
+    pool_size: int = BOXES_STARTED_AHEAD.default  # boxes started ahead (boxes/pool.py; tkbox daemon --start-ahead)
     backend: str = "auto"
     approval_wait: float = APPROVAL_WAIT.default  # seconds an action waits for a person (tkbox daemon --approval-wait)
     egress_block: tuple[str, ...] = ()  # networks no box reaches, beyond the special ranges (--egress-block)

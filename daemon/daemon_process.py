@@ -25,7 +25,7 @@ from .api.app import create_app
 from .box import cgroups
 from .box.backend import BoxBackend
 from .config import DaemonConfig, DaemonPaths
-from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON
+from .limits import APPROVAL_WAIT, BOXES_PER_DAEMON, BOXES_STARTED_AHEAD, MAX_STARTED_AHEAD
 from .processes import AlreadyRunning, take_lock
 from .signer.paths import PathError, SignerPaths
 from .signer_link import AsyncSignerClient, SignerCallError
@@ -125,6 +125,11 @@ def build_parser() -> argparse.ArgumentParser:
                         help="start without a signer: nothing is decided or recorded (warns on every command)")
     parser.add_argument("--max-boxes", type=int, default=BOXES_PER_DAEMON.default,
                         help=f"boxes alive at once (default {BOXES_PER_DAEMON.default})")
+    parser.add_argument("--start-ahead", type=int, default=BOXES_STARTED_AHEAD.default, metavar="N",
+                        help="boxes kept started ahead, without a workspace, so that a create of a box with the "
+                             "default image and limits only attaches its workspace (default "
+                             f"{BOXES_STARTED_AHEAD.default}, at most {MAX_STARTED_AHEAD}; each reserves its disk on "
+                             "the host; 0: none)")
     parser.add_argument("--backend", default="auto", choices=("auto", "bwrap", "ns"),
                         help="how boxes are isolated (default: bwrap when installed, else ns)")
     parser.add_argument("--approval-wait", type=int, default=APPROVAL_WAIT.default, metavar="SECONDS",
@@ -145,6 +150,9 @@ def daemon_main(argv: list[str]) -> int:
     if args.max_boxes < 1:
         print("tkbox daemon: --max-boxes must be at least 1", file=sys.stderr)
         return 2
+    if not 0 <= args.start_ahead <= MAX_STARTED_AHEAD:
+        print(f"tkbox daemon: --start-ahead is 0 to {MAX_STARTED_AHEAD} boxes", file=sys.stderr)
+        return 2
     if not 1 <= args.approval_wait <= MAX_APPROVAL_WAIT:
         print(f"tkbox daemon: --approval-wait is 1 to {MAX_APPROVAL_WAIT} seconds", file=sys.stderr)
         return 2
@@ -164,7 +172,7 @@ def daemon_main(argv: list[str]) -> int:
         log.info("boxes use the cgroup %s hierarchy at %s", kind, args.cgroup_root)
     try:
         config = DaemonConfig(DaemonPaths.from_env(), SignerPaths.from_env(), unrecorded=args.unrecorded,
-                              max_boxes=args.max_boxes, backend=args.backend, approval_wait=args.approval_wait,
+                              max_boxes=args.max_boxes, pool_size=args.start_ahead, backend=args.backend, approval_wait=args.approval_wait,
                               egress_block=tuple(args.egress_block))
         backend = select_backend(args.backend)
         asyncio.run(serve(config, backend))

@@ -41,6 +41,11 @@ EXEC_TIMEOUT = Limit("exec_timeout", 1800, "seconds", "one command's run time",
                      "tkbox exec --timeout SECONDS or limits.exec_timeout")
 BOXES_PER_DAEMON = Limit("boxes_per_daemon", 8, "boxes", "boxes alive at once in one daemon",
                          "tkbox daemon --max-boxes N")
+BOXES_STARTED_AHEAD = Limit("boxes_started_ahead", 1, "boxes",
+                            "boxes a daemon keeps started ahead, without a workspace, for the next creates whose image "
+                            "and limits are the defaults (each reserves its box_disk on the host); 0: none",
+                            "tkbox daemon --start-ahead N")
+MAX_STARTED_AHEAD = 8  # --start-ahead's ceiling: each box started ahead holds a disk, two uids and a guest
 EXECS_PER_BOX = Limit("execs_per_box", 64, "commands", "commands running at once in one box",
                       "limits.execs in tkbox.yaml")
 CONNECTIONS_PER_BOX = Limit("connections_per_box", 256, "connections", "open egress connections of one box",

@@ -27,7 +27,7 @@ signer's log, but its token was in an earlier daemon's memory only: nothing more
 
 EVENT_KINDS = frozenset(
     {
-        "daemon.started", "daemon.stopping", "daemon.unrecorded",
+        "daemon.started", "daemon.stopping", "daemon.unrecorded", "daemon.pool",
         "box.created", "box.started", "box.stopped", "box.removed", "box.failed", "box.held", "box.released",
         "exec.started", "exec.finished", "exec.denied", "exec.refused",
         "signer.unavailable", "gap", "containment.changed", "patch.saved", "patch.applied",
@@ -38,7 +38,8 @@ EVENT_KINDS = frozenset(
         "egress.closed", "egress.resolve_failed", "events.missing",
     }
 )
-"""``events.missing``: sequence numbers a reader asked for that the daemon can no longer serve (older than the
+"""``daemon.pool``: a box was started ahead (``data``: ``ready``, ``size``) or could not be (``reason``).
+``events.missing``: sequence numbers a reader asked for that the daemon can no longer serve (older than the
 history it keeps, or lost to a damaged history file); ``data``: ``first``, ``last`` (its own ``seq``) and ``reason``."""
 
 

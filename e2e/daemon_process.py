@@ -58,7 +58,11 @@ def daemon_process(*args: str, backend: str = "bwrap", keep_layers: bool = False
                    netns: str | None = None) -> Iterator[DaemonProcess]:
     """A ``tkbox daemon`` for the block; its box layers and channels are removed after it unless ``keep_layers``
     (a test that starts the next daemon on the same boxes).  With ``netns`` (a lab namespace, ``e2e/netlab.py``)
-    the daemon runs in that network namespace; its API and the signer are Unix sockets, reached as before."""
+    the daemon runs in that network namespace; its API and the signer are Unix sockets, reached as before.  It
+    starts no box ahead unless ``args`` say ``--start-ahead`` (a box started ahead holds uids, a disk and processes
+    that tests counting those would see; e2e/test_box_pool_e2e.py tests them)."""
+    if "--start-ahead" not in args:
+        args = (*args, "--start-ahead", "0")
     paths = DaemonPaths.from_env()
     log = paths.state_dir.parent / "daemon.log"
     log.parent.mkdir(parents=True, exist_ok=True)

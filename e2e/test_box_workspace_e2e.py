@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from box_lab import BoxLab, require_backend
 
-from e2e.daemon_process import daemon_process, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tkbox_daemon.box.bwrap import BwrapBackend
 from tkbox_daemon.box.idmap import unmount_view
@@ -101,13 +101,19 @@ def _exec(box: str, script: str) -> str:
     return result.stdout
 
 
-def test_the_box_sees_the_checkout_as_at_start_and_its_patch_is_only_its_own(signer, tmp_path, backend_name):
+@pytest.mark.parametrize("start_ahead", ["1", "0"])
+def test_the_box_sees_the_checkout_as_at_start_and_its_patch_is_only_its_own(signer, tmp_path, backend_name,
+                                                                              start_ahead):
+    """Both ways a box starts: taken from the boxes started ahead (its workspace attached in the running box,
+    ``boxes/pool.py``; bwrap only) and cold."""
     checkout = make_checkout(tmp_path)  # tracked.txt, .gitignore, an ignored .env, untracked.txt
     (checkout / "id_rsa").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     (checkout / "private.txt").write_text("the user's eyes only\n")
     os.chmod(checkout / "private.txt", 0o600)
-    with daemon_process(backend=backend_name):
+    with daemon_process("--start-ahead", start_ahead, backend=backend_name):
         tkbox_json("run", "--name", "ws", "--workspace", str(checkout))
+        created = [event for event in events("ws") if event["kind"] == "box.created"]
+        assert created[0]["data"]["started_ahead"] is (start_ahead == "1" and backend_name == "bwrap")
         (checkout / ".env.local").write_text("TOKEN=made-after-start\n")
         (checkout / "later.txt").write_text("made after start\n")
         (checkout / "sub").mkdir()

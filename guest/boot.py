@@ -53,23 +53,27 @@ class BootConfig(NamedTuple):
 
 
 def read_boot_config(path: str, timeout_s: float = 30.0) -> BootConfig:
-    """Connect to the boot socket and read one configuration until EOF, within ``timeout_s``."""
-    deadline = time.monotonic() + timeout_s
+    """Connect to the boot socket and read one configuration until EOF, within ``timeout_s`` of its first byte.
+
+    Before that byte the guest waits as long as the host lets it: a box started ahead (the host's pool) waits
+    here, its imports done, until it is taken. The host keeps its own deadline on that wait, and the connection
+    ends (so does the guest) when the host closes it."""
     chunks: list[bytes] = []
     total = 0
     try:
         with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
             sock.settimeout(timeout_s)
             sock.connect(path)
-            while True:
-                sock.settimeout(max(0.001, deadline - time.monotonic()))
-                data = sock.recv(65536)
-                if not data:
-                    break
+            sock.settimeout(None)
+            data = sock.recv(65536)
+            deadline = time.monotonic() + timeout_s
+            while data:
                 total += len(data)
                 if total > MAX_BOOT_BYTES:
                     raise BootError(f"boot config exceeds {MAX_BOOT_BYTES} bytes")
                 chunks.append(data)
+                sock.settimeout(max(0.001, deadline - time.monotonic()))
+                data = sock.recv(65536)
     except TimeoutError:
         raise BootError(f"boot config not received within {timeout_s:g} s") from None
     except OSError as exc:

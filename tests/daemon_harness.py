@@ -48,17 +48,18 @@ def make_workspace(base: Path) -> Path:
 
 @asynccontextmanager
 async def running_daemon(base: Path, *, backend: BoxBackend | None = None, unrecorded: bool = False,
-                         max_boxes: int = 8) -> AsyncIterator[RunningDaemon]:
+                         max_boxes: int = 8, start_ahead: int = 0) -> AsyncIterator[RunningDaemon]:
     runtime = Path(f"/tmp/tkd-{os.getpid()}-{abs(hash(str(base))) % 10**8}")
     paths = DaemonPaths(runtime, base / "daemon-state", uid_registry=base / "uids")  # not the host-wide one
     backend = backend or FakeBackend(i_understand_this_is_not_isolated=True)
     if unrecorded:
-        config = DaemonConfig(paths, signer=None, unrecorded=True, max_boxes=max_boxes)  # type: ignore[arg-type]
+        config = DaemonConfig(paths, signer=None, unrecorded=True, max_boxes=max_boxes,  # type: ignore[arg-type]
+                              pool_size=start_ahead)
         async with _serve(config, backend) as daemon:
             yield daemon
         return
     async with running_signer(base) as signer:
-        config = DaemonConfig(paths, signer.paths, max_boxes=max_boxes)
+        config = DaemonConfig(paths, signer.paths, max_boxes=max_boxes, pool_size=start_ahead)
         async with _serve(config, backend, signer) as daemon:
             yield daemon
 

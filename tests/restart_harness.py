@@ -59,7 +59,7 @@ async def daemon_lives(base: Path, *, backend: BoxBackend | None = None) -> Asyn
     runtime = Path(f"/tmp/tkl-{os.getpid()}-{abs(hash(str(base))) % 10**8}")
     paths = DaemonPaths(runtime, base / "daemon-state", uid_registry=base / "uids")  # not the host-wide one
     async with running_signer(base) as signer:
-        lives = DaemonLives(DaemonConfig(paths, signer.paths), backend or FakeBackend(
+        lives = DaemonLives(DaemonConfig(paths, signer.paths, pool_size=0), backend or FakeBackend(
             i_understand_this_is_not_isolated=True), signer)
         try:
             yield lives

@@ -10,7 +10,7 @@ from tests.console_fakes import FakeDaemonClient, quiet_settings, two_boxes, wai
 from tkbox_daemon.wire_host import HostCheck, HostReport
 from tkbox_tui.client import DaemonError
 from tkbox_tui.console.app import make_app
-from tkbox_tui.console.daemon_page_text import check_rows, copy_text
+from tkbox_tui.console.daemon_page_text import check_rows, copy_text, health_rows
 from tkbox_tui.console.screens import DaemonScreen, MainScreen
 from tkbox_tui.console.widgets import CommandBar
 
@@ -57,3 +57,10 @@ def test_every_text_from_the_daemon_is_escaped():
     assert not any(ch in text for ch in "\x1b\x07\x9b") and not any(ch in cell for row in rows for cell in row
                                                                      for ch in "\x1b\x07\x9b")
     assert isinstance(Text(text), Text)
+
+
+def test_the_boxes_started_ahead_are_shown_with_why_none_could_be():
+    ready = dict(health_rows({"version": "1", "started_ahead": {"size": 2, "ready": 1, "taken": 3}}))
+    assert ready["boxes started ahead"] == "1 of 2 ready"
+    failing = dict(health_rows({"started_ahead": {"size": 1, "ready": 0, "failure": "no disk\x1b[2J"}}))
+    assert failing["boxes started ahead"] == "0 of 1 ready; no disk\\x1b[2J"  # escaped, never raw

@@ -115,3 +115,45 @@ def test_blocks_regroup_pieces_without_loss():
     pieces = [b"a" * 5, b"", b"b" * 13, b"c"]
     blocks = list(agent._blocks(pieces, 4))
     assert b"".join(blocks) == b"".join(pieces) and all(len(b) == 4 for b in blocks[:-1])
+
+
+def _holding_server(tmp_path: Path, send: bytes, *, hold_before: threading.Event, hold_after: threading.Event):
+    """A boot listener that waits for ``hold_before`` before sending ``send``, then for ``hold_after`` before it
+    closes (the way the host holds a box started ahead, and a host that stalls mid-configuration)."""
+    path = tmp_path / "boot.sock"
+    server = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    server.bind(str(path))
+    server.listen(1)
+
+    def serve() -> None:
+        conn, _ = server.accept()
+        with conn:
+            hold_before.wait(30)
+            conn.sendall(send)
+            hold_after.wait(30)
+        server.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return str(path), thread
+
+
+def test_the_guest_waits_for_its_first_byte_as_long_as_the_host_holds_it(tmp_path):
+    """A box started ahead waits in its boot until it is taken: the read's deadline starts at the first byte."""
+    sent, closed = threading.Event(), threading.Event()
+    path, thread = _holding_server(tmp_path, json.dumps(CONFIG).encode(), hold_before=sent, hold_after=closed)
+    timer = threading.Timer(0.3, sent.set)  # held ten times longer than the read's own deadline
+    timer.start()
+    closed.set()
+    assert read_boot_config(path, timeout_s=0.03).box_id == "b"
+    thread.join(10)
+
+
+def test_a_configuration_that_stalls_after_its_first_byte_is_refused_at_the_deadline(tmp_path):
+    sent, closed = threading.Event(), threading.Event()
+    sent.set()
+    path, thread = _holding_server(tmp_path, b"{", hold_before=sent, hold_after=closed)
+    with pytest.raises(BootError, match="not received within"):
+        read_boot_config(path, timeout_s=0.05)
+    closed.set()
+    thread.join(10)

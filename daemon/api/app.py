@@ -69,6 +69,7 @@ def create_app(config: DaemonConfig, backend: BoxBackend) -> web.Application:
         if signer is None:
             events.emit("", "daemon.unrecorded", {"warning": "started with --unrecorded: nothing is decided or "
                                                              "recorded"})
+        manager.pool.fill_soon()  # boxes started ahead (boxes/pool.py), in the background
         yield
         await manager.shutdown()
         events.close_subscribers()

@@ -130,6 +130,8 @@ class BoxSpec:
     use_cgroups: bool = True  # False: no limits, pause by signals (saves the ~10 ms cgroup v1 attach)
     disks_root: Path | None = None
     userns_fd: int | None = None
+    workspace_later: bool = False  # started ahead: base_dir need not exist yet; ``BoxBackend.attach_workspace``
+    nice: int = 0  # the box's CPU niceness at its start (a box started ahead waits at a lower priority)
 
     def __post_init__(self) -> None:
         if not _BOX_ID.match(self.box_id):
@@ -163,6 +165,8 @@ class BoxSpec:
             raise ValueError("cwd must be an absolute path inside the box")
         if not 4096 <= self.log_limit_bytes <= 1 << 30:
             raise ValueError("log_limit_bytes must be between 4 KiB and 1 GiB")
+        if isinstance(self.nice, bool) or not isinstance(self.nice, int) or not 0 <= self.nice <= 19:
+            raise ValueError(f"nice must be 0 to 19, not {self.nice!r}")
         if self.userns_fd is not None and (isinstance(self.userns_fd, bool) or not isinstance(self.userns_fd, int)
                                            or self.userns_fd < 0):
             raise ValueError(f"userns_fd must be an open fd or None, not {self.userns_fd!r}")
@@ -225,6 +229,7 @@ class BoxBackend(ABC):
     applies_limits: ClassVar[bool]  # cgroup limits when the controllers exist
     can_pause: ClassVar[bool] = True
     takes_user_namespace: ClassVar[bool] = False  # starts the box in ``BoxSpec.userns_fd`` when one is given
+    starts_ahead: ClassVar[bool] = False  # starts a box before its workspace exists (``BoxSpec.workspace_later``)
 
     @abstractmethod
     async def start(self, spec: BoxSpec, argv: list[str]) -> BoxProcess:
@@ -232,6 +237,12 @@ class BoxBackend(ABC):
 
         Returns once PID 1 exists; a failure before that raises ``BoxStartError``.
         """
+
+    async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
+        """Give a box started with ``spec.workspace_later`` its workspace: the overlay of ``lower`` (the base, now
+        built), ``spec.upper_dir`` and ``spec.work_dir`` at ``/workspace``, and ``lower`` read-only at
+        ``/run/tkbox/base``. Raises ``BoxStartError``."""
+        raise BoxStartError(f"the {self.name} backend cannot start a box ahead of its workspace")
 
 
 def check_argv(argv: list[str]) -> list[str]:

@@ -17,24 +17,38 @@ its exec, so without L a daemon dying during bwrap's setup could leave a running
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import shutil
 import signal
-from pathlib import PurePosixPath
+from pathlib import Path, PurePosixPath
 
-from tkbox_daemon.box import launch, seccomp
+from tkbox_daemon.box import late_mounts, launch, seccomp
 from tkbox_daemon.box.backend import (
     AGENT_CAPABILITIES,
     BOX_AGENT_UID,
     BOX_OOM_SCORE_ADJ,
     BoxBackend,
     BoxError,
+    BoxProcess,
     BoxSpec,
     BoxStartError,
 )
 from tkbox_daemon.box.handle import SupervisedBox
-from tkbox_daemon.box.layout import Bind, BoxSources, Special, Step, Symlink, Tmpfs, fd_path
+from tkbox_daemon.box.late_mounts import STAGED_NAMES
+from tkbox_daemon.box.layout import (
+    OVERLAY_OPTION_MAP,
+    Bind,
+    BoxSources,
+    Special,
+    Step,
+    Symlink,
+    Tmpfs,
+    check_closed_to_others,
+    fd_path,
+    open_layer_dir,
+)
 from tkbox_daemon.box.syscalls import (
     CLONE_NEWNS,
     MS_NODEV,
@@ -42,6 +56,7 @@ from tkbox_daemon.box.syscalls import (
     MS_NOSUID,
     MS_PRIVATE,
     MS_REC,
+    MS_SHARED,
     bind,
     close_fds_except,
     mount,
@@ -124,6 +139,7 @@ class BwrapBackend(BoxBackend):
     isolated = True
     applies_limits = True
     takes_user_namespace = True
+    starts_ahead = True
 
     def __init__(self, bwrap_path: str | None = None) -> None:
         self.bwrap_path = bwrap_path
@@ -141,6 +157,18 @@ class BwrapBackend(BoxBackend):
             make_child=lambda ctx: _launcher(ctx, bwrap), wait_for_exec=False,
         )
 
+    async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
+        if not spec.workspace_later or not isinstance(process, SupervisedBox):
+            raise BoxStartError("only a box started ahead of its workspace gets one attached")
+        try:
+            launcher = process.launcher_pidfd()
+        except ProcessLookupError as error:
+            raise BoxStartError(f"the box ended before its workspace was attached: {error}") from None
+        try:
+            await asyncio.to_thread(_attach, launcher, spec, lower)
+        finally:
+            os.close(launcher)
+
 
 def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     """L, forked from the daemon (root): overlay in a private mount namespace, fork bwrap as uid U, supervise.
@@ -151,6 +179,8 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     (its death signal is SIGTERM, handled, not SIGKILL).
     """
     launch.child_prologue(daemon_pid=ctx.daemon_pid, log_fd=ctx.log_fd)
+    if ctx.spec.nice:
+        os.nice(ctx.spec.nice)  # bwrap and the box inherit it; the daemon restores the box's PID 1 when it is taken
     userns_fd = ctx.spec.userns_fd  # made by the daemon while the layers were built (the cgroup join starts sooner)
     if userns_fd is None:
         userns_fd = create_user_namespace(ctx.spec)  # before any thread: it forks
@@ -161,7 +191,7 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     mount(None, "/", None, MS_REC | MS_PRIVATE)
     sources = ctx.sources.reopened_here()
     launch.drop_other_disks(ctx.spec)
-    workspace_fd = _stage(sources, ctx.mountpoint)
+    workspace_fd = _stage(sources, ctx.mountpoint, workspace_later=ctx.spec.workspace_later)
     seccomp_fd = os.memfd_create("tkbox-seccomp", 0)
     os.write(seccomp_fd, seccomp.filter_bytes())
     os.lseek(seccomp_fd, 0, os.SEEK_SET)
@@ -191,22 +221,49 @@ def _launcher(ctx: launch.LaunchContext, bwrap: str) -> None:
     guard.finish(bwrap_pid)
 
 
-def _stage(sources: BoxSources, staging: str) -> int:
+def _stage(sources: BoxSources, staging: str, *, workspace_later: bool) -> int:
     """Make the layers bwrap binds reachable by path for the guest's uid, in L's mount namespace only.
 
     A tmpfs (0711) on ``staging`` gets the workspace overlay (``workspace``) and read-only binds of the base copy
     and of the upper dir (``base``, ``upper``); ``sources`` then names those binds, and the overlay's fd is
     returned. On the host the layers stay below their root-only directory. Every mount here is nosuid and nodev.
+    For a box started ahead (``workspace_later``), ``workspace`` and ``base`` are empty shared mounts instead:
+    bwrap's binds of them become their slaves, so what ``late_mounts.py`` mounts on them later appears in the box.
     """
     mount("tmpfs", staging, "tmpfs", MS_NOSUID | MS_NODEV | MS_NOEXEC, STAGING_TMPFS)
     for name in ("workspace", "base", "upper"):
         os.mkdir(f"{staging}/{name}", 0o755)
-    # the overlay first: its data names the layers' own fds, which restage() then closes
-    mount("overlay", f"{staging}/workspace", "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())
-    for role in ("base", "upper"):
-        bind(fd_path(sources.fd(role)), f"{staging}/{role}", readonly=True)
-        sources.restage(role, f"{staging}/{role}")
+    if workspace_later:
+        for name in STAGED_NAMES:
+            bind(f"{staging}/{name}", f"{staging}/{name}", readonly=name == "base")
+            mount(None, f"{staging}/{name}", None, MS_SHARED)
+        sources.stage_new("base", f"{staging}/base")
+    else:  # the overlay first: its data names the layers' own fds, which restage() then closes
+        mount("overlay", f"{staging}/workspace", "overlay", MS_NOSUID | MS_NODEV, sources.overlay_data())
+        bind(fd_path(sources.fd("base")), f"{staging}/base", readonly=True)
+        sources.restage("base", f"{staging}/base")
+    bind(fd_path(sources.fd("upper")), f"{staging}/upper", readonly=True)
+    sources.restage("upper", f"{staging}/upper")
     return os.open(f"{staging}/workspace", os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+
+
+def _attach(launcher_pidfd: int, spec: BoxSpec, lower: Path) -> None:
+    """The layers opened and checked as ``BoxSources`` checks them (no symlink followed; the jobs' own; below a
+    directory closed to other users), then mounted in the launcher's namespace (``late_mounts.py``)."""
+    opened: list[int] = []
+    try:
+        for role, path in (("base", lower), ("upper", spec.upper_dir), ("work", spec.work_dir)):
+            check_closed_to_others(path, f"{role}_dir")
+            opened.append(open_layer_dir(path, f"{role}_dir", owner=spec.job_uid))
+        if os.fstat(opened[1]).st_dev != os.fstat(opened[2]).st_dev:
+            raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
+        late_mounts.attach_workspace(launcher_pidfd, Path(spec.state_dir) / "mnt", lower_fd=opened[0],
+                                     upper_fd=opened[1], work_fd=opened[2], overlay_options=OVERLAY_OPTION_MAP)
+    except late_mounts.AttachError as error:
+        raise BoxStartError(f"the workspace could not be attached: {error}") from None
+    finally:
+        for fd in opened:
+            os.close(fd)
 
 
 def _exec_bwrap(ctx: launch.LaunchContext, bwrap: str, sources: BoxSources, workspace_fd: int,

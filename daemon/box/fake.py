@@ -17,8 +17,9 @@ import asyncio
 import os
 import signal
 import subprocess
+from pathlib import Path
 
-from tkbox_daemon.box.backend import BoxBackend, BoxError, BoxProcess, BoxSpec, check_argv
+from tkbox_daemon.box.backend import BoxBackend, BoxError, BoxProcess, BoxSpec, BoxStartError, check_argv
 from tkbox_daemon.box.handle import LogPump, wait_until_stopped
 
 
@@ -37,6 +38,7 @@ class FakeBackend(BoxBackend):
     name = "fake"
     isolated = False
     applies_limits = False
+    starts_ahead = True  # its guest works on host paths its boot configuration names: nothing to attach
 
     def __init__(self, *, i_understand_this_is_not_isolated: bool = False) -> None:
         self.confirmed = i_understand_this_is_not_isolated
@@ -57,6 +59,11 @@ class FakeBackend(BoxBackend):
         finally:
             os.close(write_fd)
         return FakeBox(spec.box_id, process, LogPump(read_fd, spec.log_path, spec.log_limit_bytes))
+
+
+    async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
+        if not spec.workspace_later:
+            raise BoxStartError("only a box started ahead of its workspace gets one attached")
 
 
 class FakeBox(BoxProcess):

@@ -162,6 +162,13 @@ class SupervisedBox(BoxProcess):
             return None
         return (info.st_dev, info.st_ino)
 
+    def launcher_pidfd(self) -> int:
+        """A new pidfd of the box's launcher (the caller closes it): its mount namespace is where a workspace is
+        attached later (``late_mounts.py``). Raises ``ProcessLookupError`` once the launcher has ended."""
+        if self._launcher_reaped:
+            raise ProcessLookupError(f"the launcher of box {self.box_id} has ended")
+        return os.dup(self._launcher_pidfd)
+
     async def _supervise(self) -> int:
         await FdWaiter(self._launcher_pidfd).readable()
         _, status = os.waitpid(self.launcher_pid, 0)

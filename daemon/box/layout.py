@@ -19,7 +19,8 @@ from pathlib import Path
 from tkbox_daemon.box.backend import BOX_HOME, CHANNEL_DIR, WORKSPACE_DIR, BoxSpec, BoxStartError
 
 TOP_LEVEL_LINKS = ("bin", "sbin", "lib", "lib32", "lib64", "libx32")  # merged-/usr links, copied when present
-OVERLAY_OPTIONS = "redirect_dir=off,metacopy=off,index=off"
+OVERLAY_OPTION_MAP = {"redirect_dir": "off", "metacopy": "off", "index": "off"}
+OVERLAY_OPTIONS = ",".join(f"{key}={value}" for key, value in OVERLAY_OPTION_MAP.items())
 _O_PATH_DIR = os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
 
 
@@ -95,20 +96,22 @@ class BoxSources:
     def _open_all(self) -> None:
         spec = self.spec
         uid, job_uid = spec.box_uid, spec.job_uid
-        self._keep("base", spec.base_dir, _open_dir(spec.base_dir, "base_dir", owner=job_uid))
-        self._keep("upper", spec.upper_dir, _open_dir(spec.upper_dir, "upper_dir", owner=job_uid))
-        self._keep("work", spec.work_dir, _open_dir(spec.work_dir, "work_dir", owner=job_uid))
-        for what, path in (("base_dir", spec.base_dir), ("upper_dir", spec.upper_dir), ("work_dir", spec.work_dir)):
-            check_closed_to_others(path, what)
+        layers = [("upper", spec.upper_dir), ("work", spec.work_dir)]
+        if not spec.workspace_later:  # else the base is attached once it exists (late_mounts.py)
+            layers.insert(0, ("base", spec.base_dir))
+        for role, path in layers:
+            self._keep(role, path, open_layer_dir(path, f"{role}_dir", owner=job_uid))
+        for role, path in layers:
+            check_closed_to_others(path, f"{role}_dir")
         if os.fstat(self.fd("upper")).st_dev != os.fstat(self.fd("work")).st_dev:
             raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
         self._keep("etc", spec.etc_dir,
-                   _open_dir(spec.etc_dir, "etc_dir", owner=os.geteuid(), not_writable_by_others=True))
+                   open_layer_dir(spec.etc_dir, "etc_dir", owner=os.geteuid(), not_writable_by_others=True))
         if spec.guest_dir is not None:
             self._keep("guest", spec.guest_dir,
-                       _open_dir(spec.guest_dir, "guest_dir", not_owned_by=(uid, job_uid)))
+                       open_layer_dir(spec.guest_dir, "guest_dir", not_owned_by=(uid, job_uid)))
         root = str(spec.image_root or "").rstrip("/")
-        root_fd = _open_dir(root or "/", "image root")
+        root_fd = open_layer_dir(root or "/", "image root")
         try:
             self._keep("usr", f"{root}/usr", _open_dir_at(root_fd, "usr", f"{root}/usr"))
             for name in TOP_LEVEL_LINKS:
@@ -177,6 +180,10 @@ class BoxSources:
         os.close(old.fd)
         self.opened[role] = Source(fd, path)
 
+    def stage_new(self, role: str, path: str) -> None:
+        """Name the directory at ``path`` in this mount namespace (a launcher's own staging point) as ``role``."""
+        self._keep(role, path, os.open(path, os.O_PATH | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_DIRECTORY))
+
     def overlay_data(self) -> str:
         """Mount data for the workspace overlay (paths through our fds: no escaping, no races)."""
         return (f"lowerdir={fd_path(self.fd('base'))},upperdir={fd_path(self.fd('upper'))},"
@@ -207,7 +214,7 @@ class BoxSources:
         return steps
 
 
-def _open_dir(path: object, what: str, *, owner: int | None = None, not_owned_by: tuple[int, ...] = (),
+def open_layer_dir(path: object, what: str, *, owner: int | None = None, not_owned_by: tuple[int, ...] = (),
               not_writable_by_others: bool = False) -> int:
     try:
         fd = os.open(os.fspath(path), _O_PATH_DIR)  # type: ignore[arg-type]

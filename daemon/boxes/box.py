@@ -26,7 +26,7 @@ from ..egress.box_context import BoxEgress
 from ..patch import PatchError
 from ..tasks import spawn
 from ..wire import BoxInfo
-from .box_start import register_run, start_box
+from .box_start import register_run, start_box, start_taken_box
 from .egress_listener import EgressHandler, EgressListener, refuse_door_not_enabled
 from .exec_history import ExecHistory
 from .exec_session import ExecSession, ExecStart
@@ -42,6 +42,7 @@ from .settings import BoxSettings
 
 if TYPE_CHECKING:
     from .manager import BoxManager
+    from .pool import WarmBox
 
 GUEST_END_WAIT = 2.0  # seconds to wait for PID 1's exit status once its channel has ended
 EARLY_POLL_PERIOD = 60.0
@@ -65,7 +66,8 @@ def _iso(moment: datetime) -> str:
 
 
 class Box:
-    def __init__(self, manager: BoxManager, box_id: str, settings: BoxSettings, uid: int, job_uid: int) -> None:
+    def __init__(self, manager: BoxManager, box_id: str, settings: BoxSettings, uid: int, job_uid: int, *,
+                 layers: BoxLayers | None = None) -> None:
         self.manager = manager
         self.id = box_id
         self.settings = settings
@@ -81,7 +83,7 @@ class Box:
         self.state_dir = manager.config.paths.box_state(box_id)
         self.layers_dir = manager.config.paths.box_layers(box_id)
         self.runtime_dir = manager.config.paths.box_runtime(box_id)
-        self.layers = BoxLayers(self.layers_dir)  # where its layers and its disk live (layers.py)
+        self.layers = layers or BoxLayers(self.layers_dir)  # where its layers and its disk live (layers.py)
         self.limit_watch = LimitWatch(self)
         self.patches = BoxPatches(self.layers, self.state_dir, settings)
         self.run_export = load_run_export(self.state_dir)  # its run's last export (run_export.py), kept on disk
@@ -200,21 +202,24 @@ class Box:
             self.emit("gap", {"kind": "registry", "reason": f"the box's registry record could not be written: {exc}"})
 
     # ---- creation ----------------------------------------------------------------------
-    async def create(self, backend: BoxBackend) -> None:
-        """Register the run, build the workspace and /etc, start the box and wait for its guest.
+    async def create(self, backend: BoxBackend, warm: WarmBox | None = None) -> None:
+        """Register the run, build the workspace and /etc, start the box (or take ``warm``, a box started ahead:
+        ``pool.py``) and wait for its guest.
 
         The run's registration (the signer, its fsyncs) and the box's start (layers, launcher, the guest's own
         start) need nothing of each other, so they run at the same time; both must be done, and neither failed,
         before the box is ``running`` or its egress door decides anything. A failure of either is raised only once
         both have ended (nothing is cancelled half-way: a registered run is then closed, a started box killed,
         by the caller's ``fail``); the registration's error comes first."""
-        self.state_dir.mkdir(parents=True, mode=0o700)
-        self.layers.make_root()
-        self.runtime_dir.mkdir(mode=0o700)
+        if warm is None:
+            self.state_dir.mkdir(parents=True, mode=0o700)
+            self.layers.make_root()
+            self.runtime_dir.mkdir(mode=0o700)
         self.manager.events.attach_box(self.id, self.state_dir)
         self.emit("box.created", {"name": self.settings.name, "workspace": str(self.settings.workspace),
-                                  "image": self.settings.image})
-        for outcome in await asyncio.gather(register_run(self), start_box(self, backend), return_exceptions=True):
+                                  "image": self.settings.image, "started_ahead": warm is not None})
+        starting = start_box(self, backend) if warm is None else start_taken_box(self, backend, warm)
+        for outcome in await asyncio.gather(register_run(self), starting, return_exceptions=True):
             if isinstance(outcome, BaseException):
                 raise outcome
         self.egress_handler = BoxEgress(self, host_addresses=self.manager.host_addresses,

@@ -10,6 +10,7 @@ namespace is made in a thread beside the layers (for a backend that takes one), 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import sys
 import time
@@ -21,13 +22,16 @@ from ..box.etcgen import generate_etc
 from ..box.userns import box_user_namespace
 from ..rules import PROXY_ENV
 from ..tasks import spawn
-from .channels import AgentListener, BootServer
+from .channels import AgentListener, BootServer, ChannelError
 from .egress_listener import EgressListener
 from .guest_link import GuestLink
+from .pool import START_AHEAD_NICE, PoolShape, WarmBox
 from .recorder import RunRecorder
 
 if TYPE_CHECKING:
     from .box import Box
+    from .layers import BoxLayers
+    from .manager import BoxManager
 
 GUEST_ARGV = ["/usr/bin/python3", "-I", "-S", "/run/tkbox/guest"]
 GUEST_CONNECT_TIMEOUT = 20.0
@@ -64,32 +68,120 @@ async def start_box(box: Box, backend: BoxBackend) -> None:
 
 
 async def _launch(box: Box, backend: BoxBackend, layers: dict[str, Path], userns_fd: int | None) -> None:
-    os.chown(box.runtime_dir, box.uid, box.uid)  # the box uid connects to its channel sockets
-    os.chmod(box.runtime_dir, 0o700)
     boot = BootServer(box.runtime_dir / "boot.sock", box.uid, _boot_config(box, backend, layers))
     agent = AgentListener(box.runtime_dir / "agent.sock", box.uid)
     box.egress = EgressListener(box.runtime_dir / "egress.sock", box.uid,
                                 lambda reader, writer: box.egress_handler(reader, writer))
-    await boot.start()
-    await agent.start()
-    await box.egress.start()
+    await _open_channels(box.runtime_dir, box.uid, boot, agent, box.egress)
     try:
-        spec = BoxSpec(
-            box_id=box.id, state_dir=box.layers.backend, base_dir=layers["base"],
-            upper_dir=layers["upper"], work_dir=layers["work"], etc_dir=layers["etc"], box_uid=box.uid,
-            job_uid=box.job_uid,
-            channels={"boot": boot.path, "agent": agent.path, "egress": box.egress.path},
-            guest_dir=box.manager.guest_dir,
-            image_root=Path(box.settings.image[4:]) if box.settings.image.startswith("dir:") else None,
-            limits=BoxLimits(memory_bytes=box.settings.limit("memory"), pids_max=box.settings.limit("pids"),
-                             cpu_quota_us=box.settings.limit("cpus") * 100_000),
-            disks_root=box.manager.config.paths.box_state_root, userns_fd=userns_fd,
-        )
-        box.process = await backend.start(spec, _guest_argv(box, backend, boot.path))
+        spec = _box_spec(box.manager, box.id, box.layers, layers, box.uid, box.job_uid,
+                         channels={"boot": boot.path, "agent": agent.path, "egress": box.egress.path},
+                         image=box.settings.image, shape=PoolShape.of(box.settings), userns_fd=userns_fd)
+        box.process = await backend.start(spec, _guest_argv(box.manager, backend, boot.path))
         reader, writer = await agent.wait(GUEST_CONNECT_TIMEOUT)
     finally:
         await boot.close()
         await agent.close()
+    box.link = GuestLink(reader, writer, on_failure=box.guest_failed)
+    await asyncio.wait_for(box.link.request("ping"), GUEST_CONNECT_TIMEOUT)
+
+
+async def _open_channels(runtime_dir: Path, uid: int, boot: BootServer, agent: AgentListener,
+                         egress: EgressListener) -> None:
+    os.chown(runtime_dir, uid, uid)  # the box uid connects to its channel sockets
+    os.chmod(runtime_dir, 0o700)
+    await boot.start()
+    await agent.start()
+    await egress.start()
+
+
+def _box_spec(manager: BoxManager, box_id: str, box_layers: BoxLayers, layers: dict[str, Path], uid: int,
+              job_uid: int, *, channels: dict[str, Path], image: str, shape: PoolShape, userns_fd: int | None,
+              workspace_later: bool = False, nice: int = 0) -> BoxSpec:
+    return BoxSpec(
+        box_id=box_id, state_dir=box_layers.backend, base_dir=layers["base"], upper_dir=layers["upper"],
+        work_dir=layers["work"], etc_dir=layers["etc"], box_uid=uid, job_uid=job_uid, channels=channels,
+        guest_dir=manager.guest_dir, image_root=Path(image[4:]) if image.startswith("dir:") else None,
+        limits=BoxLimits(memory_bytes=shape.memory, pids_max=shape.pids, cpu_quota_us=shape.cpus * 100_000),
+        disks_root=manager.config.paths.box_state_root, userns_fd=userns_fd, workspace_later=workspace_later,
+        nice=nice,
+    )
+
+
+async def launch_ahead(manager: BoxManager, warm: WarmBox, shape: PoolShape, *, owner: tuple[int, int]) -> None:
+    """Start the box of ``warm`` without a workspace (``pool.py``): its dirs, its disk of ``shape.disk`` bytes
+    mounted with empty upper and work dirs, the view's mapping made ahead for a checkout of ``owner``, its
+    channels (the boot configuration held back), the box, at ``START_AHEAD_NICE``. Fills ``warm.spec`` and
+    ``warm.process``."""
+    backend = manager.backend
+    box_layers = warm.layers
+    manager.config.paths.box_state(warm.box_id).mkdir(parents=True, mode=0o700)
+    box_layers.make_root()
+    warm.runtime_dir.mkdir(mode=0o700)
+    disk_bytes = shape.disk if backend.isolated else None
+    making_userns = (spawn(asyncio.to_thread(box_user_namespace, warm.uid, warm.job_uid),
+                           name=f"box-userns-{warm.box_id}") if backend.takes_user_namespace else None)
+    try:
+        await asyncio.to_thread(box_layers.start, disk_bytes)
+        await asyncio.to_thread(box_layers.prepare_disk, warm.job_uid)
+        if disk_bytes is not None:
+            await asyncio.to_thread(box_layers.premake_mapping, *owner, warm.job_uid)
+        await _open_channels(warm.runtime_dir, warm.uid, warm.boot, warm.agent, warm.egress)
+        userns_fd = await asyncio.shield(making_userns) if making_userns is not None else None
+        layers = {"base": box_layers.base, "upper": box_layers.upper, "work": box_layers.work,
+                  "etc": manager.etc_dir}
+        warm.spec = _box_spec(manager, warm.box_id, box_layers, layers, warm.uid, warm.job_uid,
+                              channels={"boot": warm.boot.path, "agent": warm.agent.path,
+                                        "egress": warm.egress.path},
+                              image=shape.image, shape=shape, userns_fd=userns_fd, workspace_later=True,
+                              nice=START_AHEAD_NICE)
+        warm.process = await backend.start(warm.spec, _guest_argv(manager, backend, warm.boot.path))
+        await _wait_in_boot(warm)
+    finally:
+        if making_userns is not None:
+            _close_when_made(making_userns)
+
+
+async def _wait_in_boot(warm: WarmBox) -> None:
+    """Until the guest, its imports done, waits for its configuration (it has connected to the boot socket): only
+    then is the box started ahead further along than a box started cold. Raises ``ChannelError``."""
+    assert warm.process is not None
+    in_boot = asyncio.ensure_future(warm.boot.served.wait())
+    ended = asyncio.ensure_future(warm.process.wait())
+    try:
+        await asyncio.wait((in_boot, ended), timeout=GUEST_CONNECT_TIMEOUT, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for waiting in (in_boot, ended):
+            waiting.cancel()
+    if not warm.boot.served.is_set():
+        why = (f"ended with {warm.process.returncode}" if warm.process.returncode is not None
+               else f"did not reach it within {GUEST_CONNECT_TIMEOUT:.0f} s")
+        raise ChannelError(f"the guest of a box started ahead {why} before its boot")
+
+
+async def start_taken_box(box: Box, backend: BoxBackend, warm: WarmBox) -> None:
+    """``start_box`` for a box started ahead: its base built, its workspace attached in the running box, its
+    guest's priority restored and its configuration released, its first answer."""
+    assert warm.process is not None and warm.spec is not None
+    box.process = warm.process
+    box.egress = warm.egress
+    warm.egress.handler = lambda reader, writer: box.egress_handler(reader, writer)
+    try:
+        summary = await asyncio.to_thread(
+            box.layers.build_base, box.settings.workspace, job_uid=box.job_uid,
+            max_files=box.settings.limit("workspace_files"), max_bytes=box.settings.limit("workspace_bytes"),
+            link=box.layers.has_disk())
+        box.workspace_summary = summary
+        await backend.attach_workspace(warm.process, warm.spec, box.layers.lower)
+        with contextlib.suppress(ProcessLookupError):  # its jobs are born of it: they start at the usual priority
+            os.setpriority(os.PRIO_PROCESS, warm.process.pid, 0)
+        layers = {"base": box.layers.lower, "upper": box.layers.upper, "work": box.layers.work,
+                  "etc": box.manager.etc_dir}
+        warm.boot.release(_boot_config(box, backend, layers))
+        reader, writer = await warm.agent.wait(GUEST_CONNECT_TIMEOUT)
+    finally:
+        await warm.boot.close()
+        await warm.agent.close()
     box.link = GuestLink(reader, writer, on_failure=box.guest_failed)
     await asyncio.wait_for(box.link.request("ping"), GUEST_CONNECT_TIMEOUT)
 
@@ -136,9 +228,9 @@ def _boot_config(box: Box, backend: BoxBackend, layers: dict[str, Path]) -> dict
     return config
 
 
-def _guest_argv(box: Box, backend: BoxBackend, boot_socket: Path) -> list[str]:
+def _guest_argv(manager: BoxManager, backend: BoxBackend, boot_socket: Path) -> list[str]:
     if backend.isolated:
         return GUEST_ARGV
     # on a test host the guest's loopback is the host's: no forwarder listens there
-    return [sys.executable, "-I", "-S", str(box.manager.guest_dir), "--boot-socket", str(boot_socket),
+    return [sys.executable, "-I", "-S", str(manager.guest_dir), "--boot-socket", str(boot_socket),
             "--no-forwarder"]

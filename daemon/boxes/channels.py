@@ -25,16 +25,28 @@ async def _listen(path: Path, box_uid: int, handler: Any) -> asyncio.AbstractSer
 
 
 class BootServer:
-    """Serves the boot configuration to the first connection, then stops listening and removes the socket."""
+    """Serves the boot configuration to the first connection, then stops listening and removes the socket.
 
-    def __init__(self, path: Path, box_uid: int, config: dict[str, Any]) -> None:
+    Made without a configuration (a box started ahead, ``pool.py``), it accepts the guest's connection and holds
+    it, unanswered, until ``release`` gives the configuration; the guest waits in its boot meanwhile."""
+
+    def __init__(self, path: Path, box_uid: int, config: dict[str, Any] | None = None) -> None:
         self.path = path
         self.box_uid = box_uid
-        self.payload = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
-        if len(self.payload) > FRAME_PAYLOAD.default:
-            raise ChannelError("the boot configuration is over 1 MiB")
+        self.payload = b""
         self.served = asyncio.Event()
+        self._released = asyncio.Event()
         self._server: asyncio.AbstractServer | None = None
+        if config is not None:
+            self.release(config)
+
+    def release(self, config: dict[str, Any]) -> None:
+        """The configuration to send (now, to a guest already waiting)."""
+        payload = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
+        if len(payload) > FRAME_PAYLOAD.default:
+            raise ChannelError("the boot configuration is over 1 MiB")
+        self.payload = payload
+        self._released.set()
 
     async def start(self) -> None:
         self._server = await _listen(self.path, self.box_uid, self._serve)
@@ -44,18 +56,25 @@ class BootServer:
             writer.close()
             return
         self.served.set()
+        await self._stop_listening()
         try:
-            writer.write(self.payload)
-            await writer.drain()
+            await self._released.wait()
+            if self.payload:  # else closed unreleased: the guest reads no configuration and ends
+                writer.write(self.payload)
+                await writer.drain()
         finally:
             writer.close()
-            await self.close()
 
-    async def close(self) -> None:
+    async def _stop_listening(self) -> None:
         if self._server is not None:
             self._server.close()
             self._server = None
         self.path.unlink(missing_ok=True)
+
+    async def close(self) -> None:
+        """Stop listening; a connection held for a configuration never released is closed."""
+        await self._stop_listening()
+        self._released.set()
 
 
 class AgentListener:

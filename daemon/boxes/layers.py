@@ -143,18 +143,37 @@ class BoxLayers:
         thread. A failure here is no failure: ``prepare`` tries again and says why."""
         try:
             info = os.stat(workspace)
-            if os.geteuid() == 0 and info.st_dev == os.stat(self.root).st_dev:  # root: made before start
-                self._premade = idmap.PremadeMapping(info.st_uid, info.st_gid, job_uid)
+            if info.st_dev == os.stat(self.root).st_dev:
+                self.premake_mapping(info.st_uid, info.st_gid, job_uid)
         except OSError:
             pass
+
+    def premake_mapping(self, owner_uid: int, owner_gid: int, job_uid: int) -> None:
+        """``premake_view`` for a checkout owner known ahead (a box started ahead guesses its workspace's owner)."""
+        if os.geteuid() == 0:  # only root makes a view
+            self._drop_premade()
+            self._premade = idmap.PremadeMapping(owner_uid, owner_gid, job_uid)
 
     def prepare(self, workspace: Path, *, job_uid: int, max_files: int, max_bytes: int) -> dict[str, object]:
         """The rest of the layers: the base copy of ``workspace``, then the disk ``start`` began, mounted, with
         empty upper and work dirs on it (without a disk, in a plain directory). Returns the base copy's summary.
         Blocks: run it in a thread. Raises ``DiskError`` and ``workspace.WorkspaceError``."""
+        try:
+            summary = self.build_base(workspace, job_uid=job_uid, max_files=max_files, max_bytes=max_bytes,
+                                      link=self._pending is not None)
+        except BaseException:
+            if self._pending is not None:
+                self._pending.abandon()
+                self._pending = None
+            raise
+        self.prepare_disk(job_uid)
+        return summary
+
+    def prepare_disk(self, job_uid: int) -> None:
+        """The disk ``start`` began, mounted, with empty upper and work dirs of the jobs' on it (without a disk,
+        in a plain directory). Blocks: run it in a thread. Raises ``DiskError``."""
         pending, self._pending = self._pending, None
         try:
-            summary = self._build_base(workspace, job_uid, max_files, max_bytes, link=pending is not None)
             self.disk_dir.mkdir(mode=0o755)
             if pending is not None:
                 pending.mount(self.disk_dir)
@@ -162,11 +181,18 @@ class BoxLayers:
         finally:
             if pending is not None:
                 pending.abandon()
-            self._drop_premade()
         for path in (self.upper, self.work):
             path.mkdir(mode=0o755)
             os.chown(path, job_uid, job_uid)
-        return summary
+
+    def build_base(self, workspace: Path, *, job_uid: int, max_files: int, max_bytes: int,
+                   link: bool) -> dict[str, object]:
+        """The base of ``workspace`` (linked and seen through its view when ``link`` and the host can, else copied;
+        ``_build_base``) and its summary. Blocks: run it in a thread. Raises ``workspace.WorkspaceError``."""
+        try:
+            return self._build_base(workspace, job_uid, max_files, max_bytes, link=link)
+        finally:
+            self._drop_premade()
 
     def _build_base(self, workspace: Path, job_uid: int, max_files: int, max_bytes: int, *,
                     link: bool) -> dict[str, object]:

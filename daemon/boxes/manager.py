@@ -38,6 +38,7 @@ from .box_start import GUEST_ARGV
 from .channels import ChannelError
 from .guest_link import GuestFailure
 from .layer_reaper import LayerReaper
+from .pool import BoxPool
 from .recovery import recover_boxes
 from .registry import BOX_ID, BoxRegistry
 from .removed_boxes import forget_removed_box
@@ -110,6 +111,8 @@ class BoxManager:
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
         self.etc_dir = install_etc(config.paths.layers_root / "etc")
         self.layer_reaper = LayerReaper(config.paths.layers_root)
+        self.pool = BoxPool(self, config.pool_size)
+        self.pool.clear_left_behind()  # before the recovery releases their uid claims
         recover_boxes(self)
         self.layer_reaper.sweep()  # what an earlier daemon (or this restart's recovery) left in the trash
 
@@ -117,10 +120,22 @@ class BoxManager:
         """The guest's host uid and the jobs' (never the same); both or neither."""
         return self.uids.allocate_pair(box_id)
 
+    async def claim_uids(self, box_id: str) -> tuple[int, int]:
+        """``_claim_uids`` off the event loop (the claims read /proc and wait on a host-wide lock), one at a time.
+        Raises ``UidsExhausted`` or ``UidRegistryError``."""
+        async with self._claiming:
+            return await asyncio.to_thread(self._claim_uids, box_id)
+
+    def new_box_id(self) -> str:
+        while (box_id := secrets.token_hex(6)) in self.boxes:
+            pass
+        return box_id
+
     def health(self) -> dict[str, Any]:
         return {"version": "0.1.0", "recorded": self.signer is not None, "backend": self.backend.name,
                 "boxes": len([b for b in self.boxes.values() if b.state in LIVE_STATES]),
-                "max_boxes": self.config.max_boxes, "last_seq": self.events.last_seq}
+                "max_boxes": self.config.max_boxes, "last_seq": self.events.last_seq,
+                "started_ahead": self.pool.health()}
 
     def list(self) -> list[BoxInfo]:
         return [box.info() for box in self.boxes.values() if box.state != "removed"]
@@ -155,21 +170,29 @@ class BoxManager:
         live = [b for b in self.boxes.values() if b.state in LIVE_STATES]
         if len(live) >= self.config.max_boxes:
             raise ApiError(429, "limit", limits.BOXES_PER_DAEMON.refusal(f"{len(live)} boxes alive"))
-        box_id = secrets.token_hex(6)
-        try:
-            async with self._claiming:  # the claims read /proc and wait on a host-wide lock: off the event loop
-                uid, job_uid = await asyncio.to_thread(self._claim_uids, box_id)
-        except (UidsExhausted, UidRegistryError) as exc:
-            raise ApiError(503, "no_uid", str(exc)) from None
-        box = Box(self, box_id, settings, uid, job_uid)
+        warm = await self.pool.take(settings)
+        if warm is not None:  # a box started ahead: its id, uids and layers' root are its own
+            box = Box(self, warm.box_id, settings, warm.uid, warm.job_uid, layers=warm.layers)
+        else:
+            box_id = self.new_box_id()
+            try:
+                uid, job_uid = await self.claim_uids(box_id)
+            except (UidsExhausted, UidRegistryError) as exc:
+                raise ApiError(503, "no_uid", str(exc)) from None
+            box = Box(self, box_id, settings, uid, job_uid)
+        box_id = box.id
         try:
             self.registry.save(box.record())  # before anything is built: a restart must know every box
         except (OSError, ValueError) as exc:
+            if warm is not None:
+                await self.pool.discard(warm)
             self._release_uids(box)
             raise ApiError(500, "registry", f"the box could not be written to the daemon's registry: {exc}") from None
+        if warm is not None:
+            self.pool.registered(warm)
         self.boxes[box_id] = box
         try:
-            await box.create(self.backend)
+            await box.create(self.backend, warm)
         except SignerCallError as exc:
             await self._abandon(box, f"the signer did not register the box's run: {exc.message}")
             raise ApiError(503, "signer_unavailable", f"{exc.message}", box_id=box_id) from None
@@ -235,6 +258,7 @@ class BoxManager:
         """Answer every pending approval ``lost`` (recorded while the runs are open), stop every box and close every
         run; events are written as they happen, so none is lost."""
         await self.approvals.lose_all("the daemon stopped before anyone answered")
+        await self.pool.close()
         live = [box for box in self.boxes.values() if box.state not in ("removed",)]
         await asyncio.gather(*(self._shutdown_box(box) for box in live), return_exceptions=True)
         self.layer_reaper.close()

@@ -25,6 +25,12 @@ def health_rows(health: dict[str, Any]) -> list[tuple[str, str]]:
         if key in health:
             value = health[key]
             rows.append((label, "yes" if value is True else "no" if value is False else safe_text(value)))
+    ahead = health.get("started_ahead")
+    if isinstance(ahead, dict):  # boxes started ahead (docs/boxes.md)
+        text = f"{safe_text(ahead.get('ready'))} of {safe_text(ahead.get('size'))} ready"
+        if ahead.get("failure"):
+            text += f"; {safe_text(ahead['failure'])}"
+        rows.append(("boxes started ahead", text))
     return rows
 
 
