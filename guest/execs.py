@@ -61,6 +61,16 @@ def _bytes_waiting(fd: int) -> int:
         return 0
 
 
+async def _ended(tasks: list[asyncio.Task[Any]], timeout: float | None = None) -> None:
+    """Wait until every task has ended (at most ``timeout`` seconds), without a turn of the loop when they all have
+    already (a command's pipes usually reach EOF before its exit status comes); their errors are not raised."""
+    if not all(task.done() for task in tasks):
+        await asyncio.wait(tasks, timeout=timeout)
+    for task in tasks:
+        if task.done() and not task.cancelled():
+            task.exception()  # retrieved: a pump's own error ends only that pump
+
+
 class Exec:
     def __init__(self, ident: int, request: dict[str, Any], *, env: dict[str, str], timeout_ms: int,
                  channel: Channel, reaper: Reaper, drain_s: float, job: JobUser | None = None) -> None:
@@ -250,7 +260,7 @@ class Exec:
         # (a pump that has ended has closed its descriptor, whose number may already be another file's)
         self._owed = {fd: _bytes_waiting(fd) for pump, fd in zip(pumps, self._out_fds, strict=True)
                       if not pump.done()}
-        await asyncio.wait(pumps, timeout=self.drain_s)
+        await _ended(pumps, timeout=self.drain_s)
         # Drain over: read no more than is owed; a pump in the middle of sending finishes that frame, a pump
         # waiting for its pipe stops now, and one waiting for credit stops once its owed bytes are sent.
         self._stop_reading = True
@@ -258,7 +268,7 @@ class Exec:
         for pump, fd in zip(pumps, self._out_fds, strict=True):
             if self._idle.get(pump) and not self._owed.get(fd):
                 pump.cancel()
-        await asyncio.gather(*pumps, return_exceptions=True)
+        await _ended(pumps)
         await self._tasks.cancel_all()
         self._stdin_buf.clear()
         _close(self._stdin_fd)

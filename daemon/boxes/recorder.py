@@ -81,13 +81,25 @@ class RunRecorder:
         return {"run_id": self.run_id, "run_token": self._token}
 
     async def register(self, box_settings: dict[str, Any], task: str) -> str:
+        """Register the run, then record its must-keep ``tkbox.box`` and ``tkbox.task``; returns the run id.
+
+        The two observations are sent together, neither waiting for the other's answer, so the signer's group
+        commit can share one fsync between them.  Their order in the run stays box, then task: the signer link
+        writes calls on its one connection in the order they reach it (``gather`` starts them in order, and a
+        call writes before its first wait), and the signer fixes each request's place in the log in the order
+        it reads them.  Once both are answered, the first failure (in that order) is raised."""
         reply = await self.signer.call("register_run", request_id=new_request_id(),
                                        agent={"name": "tkbox", "version": "0.1.0"})
         self.run_id, self._token = reply["run_id"], reply["run_token"]
-        await self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.box",
-                               trust="trusted", value=box_settings, must_keep=True)
-        await self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.task",
-                               trust="trusted", value={"task": task}, must_keep=True)
+        answers = await asyncio.gather(
+            self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.box",
+                             trust="trusted", value=box_settings, must_keep=True),
+            self.signer.call("observe", request_id=new_request_id(), **self._run, source="tkbox.task",
+                             trust="trusted", value={"task": task}, must_keep=True),
+            return_exceptions=True)
+        for answer in answers:
+            if isinstance(answer, BaseException):
+                raise answer
         self._must_keep_task = spawn(self._drain_must_keep(), name=f"must-keep-{self.box_id}")
         return self.run_id
 
