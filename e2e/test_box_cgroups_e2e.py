@@ -442,13 +442,16 @@ def _last_seq() -> int:
 
 
 @needs_v1
-@pytest.mark.parametrize("backend_name", ["bwrap", "ns"])
+@pytest.mark.parametrize(("backend_name", "start_ahead"), [("bwrap", "0"), ("bwrap", "1"), ("ns", "0")])
 def test_a_daemons_box_gets_cpu_and_memory_plus_swap_limits_its_oom_kill_is_recorded_and_hold_freezes_it(
-        backend_name, tmp_path):
+        backend_name, start_ahead, tmp_path):
+    """Cold, and taken from the boxes started ahead (started with the default limits, given these at the take)."""
     require_backend(backend_name)
     limits = ("--memory", "160M", "--cpus", "1", "--pids", "64")
-    with _daemon_with_a_box(backend_name, tmp_path, limits=limits) as (_, info):
+    with _daemon_with_a_box(backend_name, tmp_path, "--start-ahead", start_ahead, limits=limits) as (_, info):
         box_id = info["id"]
+        created = [event for event in events("cg") if event["kind"] == "box.created"]
+        assert created[0]["data"]["started_ahead"] is (start_ahead == "1")
         group = {name: cgroups.CGROUP_ROOT / name / cgroups.PARENT_GROUP / box_id for name in ("memory", "cpu",
                                                                                                "freezer", "pids")}
         read = {name: (group[controller] / name).read_text().strip() for controller, name in (

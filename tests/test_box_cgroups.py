@@ -336,3 +336,22 @@ def test_the_daemon_refuses_a_cgroup_root_with_no_cgroup_file_system(tmp_path, c
     assert f"--cgroup-root: no cgroup file system at {tmp_path}: give the directory where cgroup2 is mounted" \
         in capsys.readouterr().err
     assert cgroups.current_root() == cgroups.CGROUP_ROOT
+
+
+@pytest.mark.parametrize(("now", "new", "order"), [
+    (2 << 30, 4 << 30, ["memory.memsw.limit_in_bytes", "memory.limit_in_bytes"]),  # raised: memory+swap first
+    (2 << 30, 160 << 20, ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]),  # lowered: memory first
+    (2**63 - 4096, 2 << 30, ["memory.limit_in_bytes", "memory.memsw.limit_in_bytes"]),  # a new group
+])
+def test_v1_memory_limits_are_written_in_the_order_the_kernel_accepts(tmp_path, monkeypatch, now, new, order):
+    """v1 refuses a memory limit above memory+swap's: a box started ahead, taken for a bigger box, gets its
+    memory+swap limit raised first (``pool.py``)."""
+    from tkbox_daemon.box import cgroups_v1
+
+    group = tmp_path / "memory"
+    group.mkdir()
+    (group / "memory.memsw.limit_in_bytes").write_text(f"{now}\n")
+    written: list[str] = []
+    monkeypatch.setattr(cgroups_v1, "write_file", lambda path, value: written.append(Path(path).name))
+    cgroups_v1.BoxCgroupV1("b", {"memory": group}).apply(BoxLimits(memory_bytes=new))
+    assert written == order

@@ -12,7 +12,7 @@ import os
 import pytest
 
 from tests.daemon_harness import make_workspace, run_exec, running_daemon
-from tkbox_daemon.box.backend import BoxError
+from tkbox_daemon.box.backend import BoxError, BoxLimits
 from tkbox_daemon.box.fake import FakeBackend
 from tkbox_daemon.boxes import pool as pool_module
 
@@ -27,6 +27,13 @@ class CountingBackend(FakeBackend):
         self.fail = fail
         self.processes = []
         self.attached = []
+        self.limited = []
+        self.refuse_limits = False
+
+    def apply_limits(self, process, limits):
+        if self.refuse_limits:
+            raise OSError(16, "Device or resource busy (test)")
+        self.limited.append((process.pid, limits))
 
     async def start(self, spec, argv):
         if self.fail:
@@ -87,16 +94,42 @@ async def test_a_create_takes_the_box_started_ahead_and_a_new_one_is_started(tmp
         assert not (pool.marker_dir / info.id).exists()  # a box of the registry now
 
 
-async def test_a_box_of_another_shape_starts_cold_and_leaves_the_one_started_ahead(tmp_path):
+async def test_a_box_of_another_disk_size_starts_cold_and_leaves_the_one_started_ahead(tmp_path):
     backend = CountingBackend()
     async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
         pool = daemon.manager.pool
         await pool.settle()
         (warm,) = pool.ready
         info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
-                                         "limits": {"memory": "1G"}})
+                                         "limits": {"disk": "1G"}})
         assert info.id != warm.box_id and (await _created(daemon, info.id))["started_ahead"] is False
         assert list(pool.ready) == [warm] and backend.attached == []
+
+
+async def test_a_box_of_other_limits_takes_one_started_ahead_with_its_limits_written_first(tmp_path):
+    backend = CountingBackend()
+    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
+        pool = daemon.manager.pool
+        await pool.settle()
+        (warm,) = pool.ready
+        info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
+                                         "limits": {"memory": "1G", "cpus": 1, "pids": 99}})
+        assert info.id == warm.box_id and (await _created(daemon, info.id))["started_ahead"] is True
+        assert backend.limited == [(warm.process.pid, BoxLimits(memory_bytes=1 << 30, pids_max=99,
+                                                                cpu_quota_us=100_000))]
+
+
+async def test_a_box_started_ahead_that_refuses_the_limits_asked_for_is_discarded_for_a_cold_start(tmp_path):
+    backend = CountingBackend()
+    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
+        pool = daemon.manager.pool
+        await pool.settle()
+        (warm,) = pool.ready
+        backend.refuse_limits = True
+        info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
+                                         "limits": {"memory": "1G"}})
+        assert info.id != warm.box_id and (await _created(daemon, info.id))["started_ahead"] is False
+        assert warm.process.returncode is not None and _claims_of(daemon, warm.box_id) == []
 
 
 async def test_a_box_started_ahead_that_ends_is_replaced_and_leaves_nothing(tmp_path):

@@ -238,6 +238,11 @@ class BoxBackend(ABC):
         Returns once PID 1 exists; a failure before that raises ``BoxStartError``.
         """
 
+    def apply_limits(self, process: BoxProcess, limits: BoxLimits) -> None:
+        """Write ``limits`` over those a running box was started with (a box started ahead, taken for a box with
+        other limits, before anything runs in it). Raises ``BoxError`` or ``OSError``."""
+        raise BoxError(f"the {self.name} backend cannot change a running box's limits")
+
     async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
         """Give a box started with ``spec.workspace_later`` its workspace: the overlay of ``lower`` (the base, now
         built), ``spec.upper_dir`` and ``spec.work_dir`` at ``/workspace``, and ``lower`` read-only at

@@ -31,6 +31,7 @@ from tkbox_daemon.box.backend import (
     BOX_OOM_SCORE_ADJ,
     BoxBackend,
     BoxError,
+    BoxLimits,
     BoxProcess,
     BoxSpec,
     BoxStartError,
@@ -156,6 +157,12 @@ class BwrapBackend(BoxBackend):
             spec, argv, backend=self.name,
             make_child=lambda ctx: _launcher(ctx, bwrap), wait_for_exec=False,
         )
+
+    def apply_limits(self, process: BoxProcess, limits: BoxLimits) -> None:
+        if not isinstance(process, SupervisedBox):
+            raise BoxError("not a box this backend started")
+        if process.cgroup is not None:  # else the box has no limits at all, as a box started cold would not
+            process.cgroup.apply(limits)
 
     async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
         if not spec.workspace_later or not isinstance(process, SupervisedBox):

@@ -111,10 +111,16 @@ class BoxCgroupV1(BoxCgroup):
             if needed and name not in self.groups:
                 log.warning("box %s: %s limit requested but not enforced (no %s cgroup)", self.box_id, name, name)
         if limits.memory_bytes is not None and "memory" in self.groups:
-            self._write("memory", "memory.limit_in_bytes", limits.memory_bytes)
+            names = ["memory.limit_in_bytes"]
             if (self.groups["memory"] / "memory.memsw.limit_in_bytes").exists():
-                self._write("memory", "memory.memsw.limit_in_bytes", limits.memory_bytes)  # no escape to swap
-            else:
+                # no escape to swap; memory+swap is never below memory alone, so when a limit is raised (a box
+                # started ahead, taken for a bigger one) memory+swap goes first
+                names.append("memory.memsw.limit_in_bytes")
+                if limits.memory_bytes > int(self._read("memory", "memory.memsw.limit_in_bytes") or 0):
+                    names.reverse()
+            for name in names:
+                self._write("memory", name, limits.memory_bytes)
+            if len(names) == 1:
                 warn_once("v1-no-memsw", "cgroup v1 has no swap accounting (memory.memsw.limit_in_bytes is absent; "
                                          "boot with swapaccount=1): a box may use swap beyond its memory limit")
         if limits.pids_max is not None and "pids" in self.groups:

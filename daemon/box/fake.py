@@ -19,7 +19,15 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tkbox_daemon.box.backend import BoxBackend, BoxError, BoxProcess, BoxSpec, BoxStartError, check_argv
+from tkbox_daemon.box.backend import (
+    BoxBackend,
+    BoxError,
+    BoxLimits,
+    BoxProcess,
+    BoxSpec,
+    BoxStartError,
+    check_argv,
+)
 from tkbox_daemon.box.handle import LogPump, wait_until_stopped
 
 
@@ -60,6 +68,9 @@ class FakeBackend(BoxBackend):
             os.close(write_fd)
         return FakeBox(spec.box_id, process, LogPump(read_fd, spec.log_path, spec.log_limit_bytes))
 
+
+    def apply_limits(self, process: BoxProcess, limits: BoxLimits) -> None:
+        """Nothing to write: this backend applies no limits."""
 
     async def attach_workspace(self, process: BoxProcess, spec: BoxSpec, lower: Path) -> None:
         if not spec.workspace_later:

@@ -17,7 +17,7 @@ import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxLimits, BoxSpec
+from ..box.backend import BOX_HOME, BOX_JOB_UID, BoxBackend, BoxSpec
 from ..box.etcgen import generate_etc
 from ..box.userns import box_user_namespace
 from ..rules import PROXY_ENV
@@ -102,7 +102,7 @@ def _box_spec(manager: BoxManager, box_id: str, box_layers: BoxLayers, layers: d
         box_id=box_id, state_dir=box_layers.backend, base_dir=layers["base"], upper_dir=layers["upper"],
         work_dir=layers["work"], etc_dir=layers["etc"], box_uid=uid, job_uid=job_uid, channels=channels,
         guest_dir=manager.guest_dir, image_root=Path(image[4:]) if image.startswith("dir:") else None,
-        limits=BoxLimits(memory_bytes=shape.memory, pids_max=shape.pids, cpu_quota_us=shape.cpus * 100_000),
+        limits=shape.limits(),
         disks_root=manager.config.paths.box_state_root, userns_fd=userns_fd, workspace_later=workspace_later,
         nice=nice,
     )

@@ -8,8 +8,9 @@ launcher and bubblewrap, and its guest: Python started, every module of its firs
 boot for a configuration (``guest/boot.py``). It runs at a lower CPU priority (``START_AHEAD_NICE``) until taken,
 so starting one never slows a box in use.
 
-A create takes one only when the box asked for has exactly the shape the pool starts (``PoolShape``: the host
-image, the default memory, CPU, process and disk limits); any other box starts cold, as before. Taking one
+A create takes one only when the box asked for has the image and disk size the pool starts with (``PoolShape``:
+the host image, the default ``box_disk``); its memory, CPU and process limits are written into the box's cgroups
+at the take, before anything runs in it. Any other box starts cold, as before. Taking one
 (``box_start.start_taken_box``): the base is built, the workspace attached in the running box
 (``late_mounts.py``), the guest's priority restored, its configuration released; the run's registration goes on
 beside all of that, as for a cold start. Until it is taken, no event, registry record or run exists for it: it is
@@ -38,7 +39,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import limits
-from ..box.backend import BoxProcess, BoxSpec
+from ..box.backend import BoxError, BoxLimits, BoxProcess, BoxSpec
 from ..tasks import spawn
 from .channels import AgentListener, BootServer
 from .egress_listener import EgressListener, refuse_door_not_enabled
@@ -73,6 +74,14 @@ class PoolShape(NamedTuple):
     def of(cls, settings: BoxSettings) -> PoolShape:
         return cls(settings.image, settings.limit("memory"), settings.limit("cpus"), settings.limit("pids"),
                    settings.limit("disk"))
+
+    def fits(self, other: PoolShape) -> bool:
+        """Whether a box started with this shape can become one of ``other``: the same image and disk (both made
+        before the start); memory, CPU and processes are cgroup limits, written again at the take."""
+        return (self.image, self.disk) == (other.image, other.disk)
+
+    def limits(self) -> BoxLimits:
+        return BoxLimits(memory_bytes=self.memory, pids_max=self.pids, cpu_quota_us=self.cpus * 100_000)
 
 
 @dataclass
@@ -201,7 +210,8 @@ class BoxPool:
     async def take(self, settings: BoxSettings) -> WarmBox | None:
         """A box started ahead for a box of ``settings``, or None (start it cold). Waits for one being started
         when none is ready (it is further along than a cold start would be)."""
-        if self.size == 0 or self._closed or PoolShape.of(settings) != self.shape:
+        wanted = PoolShape.of(settings)
+        if self.size == 0 or self._closed or not self.shape.fits(wanted):
             return None
         with contextlib.suppress(OSError):
             info = os.stat(settings.workspace)
@@ -210,13 +220,27 @@ class BoxPool:
             await self.settle()
         while self.ready:
             warm = self.ready.popleft()
-            if warm.alive():
+            if warm.alive() and self._limited(warm, wanted):
                 self.taken += 1
                 self.fill_later()
                 return warm
             await self.discard(warm)
         self.fill_later()
         return None
+
+    def _limited(self, warm: WarmBox, wanted: PoolShape) -> bool:
+        """``warm``'s cgroup limits made ``wanted``'s (before anything runs in it); False, logged, when the host
+        refused (the caller discards it and the box starts cold, its limits set at its start)."""
+        if wanted == self.shape:
+            return True
+        assert warm.process is not None
+        try:
+            self.manager.backend.apply_limits(warm.process, wanted.limits())
+        except (BoxError, OSError) as error:
+            log.warning("box %s, started ahead, could not take the limits asked for (%s): discarded", warm.box_id,
+                        error)
+            return False
+        return True
 
     def registered(self, warm: WarmBox) -> None:
         """``warm`` is in the daemon's registry now, as a box: a restart recovers it as one, so its marker goes."""
