@@ -24,6 +24,8 @@ from box_lab import require_backend
 
 from e2e.daemon_process import daemon_process, events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from tkbox_daemon import limits
+from tkbox_daemon.box import cgroups
 from tkbox_daemon.boxes.pool import MARKER_DIR
 
 pytestmark = pytest.mark.e2e
@@ -149,3 +151,21 @@ def test_a_daemon_killed_with_a_box_started_ahead_leaves_nothing_after_the_next_
         assert _claimed_uids(daemon.paths, left) == set()
         assert _processes_of(uids) == []  # the guards ended the box with its daemon
         assert tkbox_json("ls") == []
+
+
+def test_a_box_asking_for_more_memory_takes_one_started_ahead_with_its_limit_raised(signer, tmp_path):
+    """Started with the default memory limit, taken for a box with twice as much: on cgroup v1 the memory+swap
+    limit must go up first, or the kernel refuses the memory limit."""
+    checkout = make_checkout(tmp_path)
+    wanted = 2 * limits.BOX_MEMORY.default
+    with daemon_process("--start-ahead", "1"):
+        _next_ready(0)
+        info = tkbox_json("run", "--name", "big", "--workspace", str(checkout), "--memory", str(wanted))
+        assert [e for e in events("big") if e["kind"] == "box.created"][0]["data"]["started_ahead"] is True
+        group = cgroups.CGROUP_ROOT / "memory" / cgroups.PARENT_GROUP / info["id"]
+        if group.is_dir():  # cgroup v1 (a v2 host has no memory+swap order to keep)
+            for name in ("memory.limit_in_bytes", "memory.memsw.limit_in_bytes"):
+                if (group / name).exists():
+                    assert int((group / name).read_text()) == wanted, name
+        assert _exec("big", "echo ok").stdout == "ok\n"
+        tkbox("rm", "big")
