@@ -39,6 +39,14 @@ class RunningDaemon:
         return DaemonClient(self.config.paths.api_socket)
 
 
+def process_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    return True
+
+
 def make_workspace(base: Path) -> Path:
     workspace = base / "ws"
     workspace.mkdir()

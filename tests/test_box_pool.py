@@ -8,10 +8,11 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+from contextlib import asynccontextmanager
 
 import pytest
 
-from tests.daemon_harness import make_workspace, run_exec, running_daemon
+from tests.daemon_harness import make_workspace, process_alive, run_exec, running_daemon
 from tkbox_daemon.box.backend import BoxError, BoxLimits
 from tkbox_daemon.box.fake import FakeBackend
 from tkbox_daemon.boxes import pool as pool_module
@@ -47,14 +48,6 @@ class CountingBackend(FakeBackend):
         self.attached.append((spec.box_id, lower))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
-
-
 async def _events(daemon, kind: str, box_id: str | None = None) -> list[dict]:
     page = await daemon.manager.events.page(None, 1000, box_id)
     return [json.loads(event.line)["data"] for event in page["events"] if event.kind == kind]
@@ -69,6 +62,16 @@ def _claims_of(daemon, box_id: str) -> list[int]:
     return [uid for uid, owner in daemon.manager.uids.claimed().items() if owner == box_id]
 
 
+@asynccontextmanager
+async def _one_ready(tmp_path, backend, start_ahead: int = 1):
+    """A daemon whose boxes started ahead are ready: (daemon, client, pool, the first of them)."""
+    async with running_daemon(tmp_path, backend=backend, start_ahead=start_ahead) as daemon, \
+            daemon.client() as client:
+        pool = daemon.manager.pool
+        await pool.settle()
+        yield daemon, client, pool, pool.ready[0]
+
+
 @pytest.fixture(autouse=True)
 def refill_at_once(monkeypatch):
     monkeypatch.setattr(pool_module, "REFILL_DELAY_S", 0.0)
@@ -76,10 +79,8 @@ def refill_at_once(monkeypatch):
 
 async def test_a_create_takes_the_box_started_ahead_and_a_new_one_is_started(tmp_path):
     backend = CountingBackend()
-    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
-        pool = daemon.manager.pool
-        await pool.settle()
-        (warm,) = pool.ready
+    async with _one_ready(tmp_path, backend) as (daemon, client, pool, warm):
+        assert list(pool.ready) == [warm]
         info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path))})
         assert info.id == warm.box_id and info.state == "running" and info.run_state == "open"
         assert (await _created(daemon, info.id))["started_ahead"] is True
@@ -96,10 +97,8 @@ async def test_a_create_takes_the_box_started_ahead_and_a_new_one_is_started(tmp
 
 async def test_a_box_of_another_disk_size_starts_cold_and_leaves_the_one_started_ahead(tmp_path):
     backend = CountingBackend()
-    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
-        pool = daemon.manager.pool
-        await pool.settle()
-        (warm,) = pool.ready
+    async with _one_ready(tmp_path, backend) as (daemon, client, pool, warm):
+        assert list(pool.ready) == [warm]
         info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
                                          "limits": {"disk": "1G"}})
         assert info.id != warm.box_id and (await _created(daemon, info.id))["started_ahead"] is False
@@ -108,10 +107,8 @@ async def test_a_box_of_another_disk_size_starts_cold_and_leaves_the_one_started
 
 async def test_a_box_of_other_limits_takes_one_started_ahead_with_its_limits_written_first(tmp_path):
     backend = CountingBackend()
-    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
-        pool = daemon.manager.pool
-        await pool.settle()
-        (warm,) = pool.ready
+    async with _one_ready(tmp_path, backend) as (daemon, client, pool, warm):
+        assert list(pool.ready) == [warm]
         info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
                                          "limits": {"memory": "1G", "cpus": 1, "pids": 99}})
         assert info.id == warm.box_id and (await _created(daemon, info.id))["started_ahead"] is True
@@ -121,10 +118,8 @@ async def test_a_box_of_other_limits_takes_one_started_ahead_with_its_limits_wri
 
 async def test_a_box_started_ahead_that_refuses_the_limits_asked_for_is_discarded_for_a_cold_start(tmp_path):
     backend = CountingBackend()
-    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
-        pool = daemon.manager.pool
-        await pool.settle()
-        (warm,) = pool.ready
+    async with _one_ready(tmp_path, backend) as (daemon, client, pool, warm):
+        assert list(pool.ready) == [warm]
         backend.refuse_limits = True
         info = await client.create_box({"name": "b", "workspace": str(make_workspace(tmp_path)),
                                          "limits": {"memory": "1G"}})
@@ -134,10 +129,8 @@ async def test_a_box_started_ahead_that_refuses_the_limits_asked_for_is_discarde
 
 async def test_a_box_started_ahead_that_ends_is_replaced_and_leaves_nothing(tmp_path):
     backend = CountingBackend()
-    async with running_daemon(tmp_path, backend=backend, start_ahead=1) as daemon, daemon.client() as client:
-        pool = daemon.manager.pool
-        await pool.settle()
-        (warm,) = pool.ready
+    async with _one_ready(tmp_path, backend) as (daemon, client, pool, warm):
+        assert list(pool.ready) == [warm]
         uids = _claims_of(daemon, warm.box_id)
         assert len(uids) == 2 and (pool.marker_dir / warm.box_id).exists()
         warm.process.kill()
@@ -179,7 +172,7 @@ async def test_shutdown_ends_the_boxes_started_ahead_and_leaves_nothing(tmp_path
         assert len(ready) == 2
         paths, manager = daemon.config.paths, daemon.manager
     for warm in ready:
-        assert not _alive(warm.process.pid) and warm.process.returncode is not None
+        assert not process_alive(warm.process.pid) and warm.process.returncode is not None
         assert not paths.box_layers(warm.box_id).exists() and not paths.box_state(warm.box_id).exists()
         assert [uid for uid, owner in manager.uids.claimed().items() if owner == warm.box_id] == []
     assert not any(manager.pool.marker_dir.iterdir())

@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from tests.daemon_harness import make_workspace, run_exec, running_daemon
+from tests.daemon_harness import make_workspace, process_alive, run_exec, running_daemon
 from tkbox_daemon.box.backend import BoxError
 from tkbox_daemon.box.fake import FakeBackend
 from tkbox_daemon.boxes import box_start as box_start_module
@@ -37,14 +37,6 @@ class SeenStart(FakeBackend):
         self.processes.append(process)
         self.started.set()
         return process
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return True
 
 
 async def test_the_run_registers_while_the_box_starts_and_the_box_runs_only_once_both_are_done(tmp_path, monkeypatch):
@@ -82,7 +74,7 @@ async def test_a_registration_refused_while_the_box_starts_fails_the_create_and_
         [box] = await client.boxes()
         assert box.state == "failed" and "did not register" in box.reason
         [process] = backend.processes
-        assert process.returncode is not None and not _alive(process.pid)
+        assert process.returncode is not None and not process_alive(process.pid)
         assert daemon.manager.uids.claimed() == {}
 
 

@@ -21,7 +21,7 @@ import os
 import struct
 from pathlib import Path
 
-from tkbox_daemon.box.syscalls import MNT_DETACH, raw_syscall, umount2
+from tkbox_daemon.box.syscalls import MNT_DETACH, checked_syscall, umount2
 from tkbox_daemon.box.userns import held_user_namespace
 
 SYS_OPEN_TREE = 428
@@ -43,10 +43,7 @@ class IdmapError(OSError):
 
 
 def _call(number: int, *args: object, what: str) -> int:
-    result, error = raw_syscall(number, *args)
-    if result < 0:
-        raise IdmapError(error, f"{what}: {os.strerror(error)}")
-    return result
+    return checked_syscall(number, *args, what=what, error=IdmapError)
 
 
 def mapping_namespace(owner_uid: int, owner_gid: int, job_uid: int) -> int:

@@ -38,7 +38,7 @@ from tkbox_daemon.box.idmap import (
     SYS_MOVE_MOUNT,
     SYS_OPEN_TREE,
 )
-from tkbox_daemon.box.syscalls import CLONE_NEWNS, raw_syscall
+from tkbox_daemon.box.syscalls import CLONE_NEWNS, checked_syscall
 
 SYS_FSOPEN = 430
 SYS_FSCONFIG = 431
@@ -58,10 +58,7 @@ class AttachError(OSError):
 
 
 def _call(number: int, *args: object, what: str) -> int:
-    result, error = raw_syscall(number, *args)
-    if result < 0:
-        raise AttachError(error, f"{what}: {os.strerror(error)}")
-    return result
+    return checked_syscall(number, *args, what=what, error=AttachError)
 
 
 def detached_overlay(lower_fd: int, upper_fd: int, work_fd: int, options: dict[str, str]) -> int:

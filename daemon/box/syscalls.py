@@ -72,6 +72,14 @@ def raw_syscall(number: int, *args: object) -> tuple[int, int]:
     return result, (ctypes.get_errno() if result < 0 else 0)
 
 
+def checked_syscall(number: int, *args: object, what: str, error: type[OSError] = OSError) -> int:
+    """``raw_syscall``, raising ``error`` (errno, "what: strerror") when it fails."""
+    result, code = raw_syscall(number, *args)
+    if result < 0:
+        raise error(code, f"{what}: {os.strerror(code)}")
+    return result
+
+
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), f"unshare({flags:#x})")
 
