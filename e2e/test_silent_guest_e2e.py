@@ -13,6 +13,7 @@ import json
 import os
 import signal
 import subprocess
+import threading
 
 import pytest
 
@@ -44,6 +45,23 @@ def _silenced_box(daemon, name: str) -> dict:
     guest_pid = next(box["pid"] for box in pid if box["name"] == name)
     os.kill(guest_pid, signal.SIGSTOP)  # from the host: the guest now answers nothing
     return info
+
+
+def _wait_for_event(box: str, kind: str) -> dict:
+    """The box's first ``kind`` event, read as it comes (``tkbox events --follow``), within ``BOUND_S``."""
+    follower = subprocess.Popen([TKBOX, "events", box, "--follow", "--json"], stdout=subprocess.PIPE)
+    timer = threading.Timer(BOUND_S, follower.kill)
+    timer.start()
+    try:
+        for line in follower.stdout:
+            event = json.loads(line)
+            if event["kind"] == kind:
+                return event
+    finally:
+        timer.cancel()
+        follower.kill()
+        follower.wait()
+    raise AssertionError(f"no {kind} event for {box} within {BOUND_S} s")
 
 
 def _box(name: str) -> dict:
@@ -108,6 +126,7 @@ def test_a_guest_killed_for_memory_is_reported_as_such_not_as_a_protocol_error(d
     # tmpfs pages count against the box's memory but belong to no process: the kernel kills the biggest one
     subprocess.run([TKBOX, "exec", "full", "--", "sh", "-c", "head -c 128M /dev/zero > /tmp/fill"],
                    capture_output=True, timeout=BOUND_S)
+    _wait_for_event("full", "box.failed")  # the exec's end can reach its client before the box's stop ends
     box = _box("full")
     assert box["state"] == "failed"
     kinds = [event["kind"] for event in events("full")]

@@ -185,8 +185,9 @@ class BoxManager:
             self.registry.save(box.record())  # before anything is built: a restart must know every box
         except (OSError, ValueError) as exc:
             if warm is not None:
-                await self.pool.discard(warm)
-            self._release_uids(box)
+                await self.pool.discard(warm)  # its uids go with it
+            else:
+                self._release_uids(box)
             raise ApiError(500, "registry", f"the box could not be written to the daemon's registry: {exc}") from None
         if warm is not None:
             self.pool.registered(warm)

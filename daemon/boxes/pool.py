@@ -32,9 +32,8 @@ import contextlib
 import logging
 import os
 import shutil
-import time
 from collections import deque
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
 
@@ -98,7 +97,6 @@ class WarmBox:
     egress: EgressListener
     spec: BoxSpec | None = None
     process: BoxProcess | None = None
-    started_at: float = field(default_factory=time.monotonic)
 
     def alive(self) -> bool:
         return self.process is not None and self.process.returncode is None
@@ -113,7 +111,6 @@ class BoxPool:
         self.shape = PoolShape.default()
         self.ready: deque[WarmBox] = deque()
         self.taken = 0
-        self.started = 0
         self.failure = ""  # why the last start ahead failed; "" once one succeeds again
         self._filling: asyncio.Task[None] | None = None
         self._refill: asyncio.TimerHandle | None = None
@@ -161,7 +158,6 @@ class BoxPool:
                 return
             self.failure = ""
             self.ready.append(warm)
-            self.started += 1
             self.manager.events.emit("", "daemon.pool", {"ready": len(self.ready), "size": self.size})
             spawn(self._watch(warm), name=f"box-pool-watch-{warm.box_id}")
 
