@@ -5,6 +5,10 @@ The two need nothing of each other, so ``Box.create`` runs them at the same time
 failed, before the box is ``running`` or its egress door decides anything. Within the start, the box's user
 namespace is made in a thread beside the layers (for a backend that takes one), and a real box's disk is formatted
 (in its own process) while the base is built.
+
+A box started ahead (``pool.py``) is started by ``launch_ahead`` without a workspace and waits in its guest's boot;
+``start_taken_box`` is then the start: the base built, the workspace attached in the running box, the guest's
+configuration released.
 """
 
 from __future__ import annotations
