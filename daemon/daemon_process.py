@@ -127,7 +127,7 @@ def build_parser() -> argparse.ArgumentParser:
                         help=f"boxes alive at once (default {BOXES_PER_DAEMON.default})")
     parser.add_argument("--start-ahead", type=int, default=BOXES_STARTED_AHEAD.default, metavar="N",
                         help="boxes kept started ahead, without a workspace, so that a create of a box with the "
-                             "default image and limits only attaches its workspace (default "
+                             "host image and the default disk size only attaches its workspace (default "
                              f"{BOXES_STARTED_AHEAD.default}, at most {MAX_STARTED_AHEAD}; each reserves its disk on "
                              "the host; 0: none)")
     parser.add_argument("--backend", default="auto", choices=("auto", "bwrap", "ns"),

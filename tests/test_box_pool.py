@@ -218,3 +218,11 @@ async def test_a_box_whose_guest_ends_before_its_boot_is_never_ready(tmp_path):
         (spec, _), = backend.processes
         assert not daemon.config.paths.box_layers(spec.box_id).exists()
         assert [uid for uid, owner in daemon.manager.uids.claimed().items() if owner == spec.box_id] == []
+
+
+@pytest.mark.parametrize("count", ["-1", "9"])
+def test_the_daemon_refuses_a_number_of_boxes_started_ahead_out_of_range(count, capsys):
+    from tkbox_daemon.daemon_process import daemon_main
+
+    assert daemon_main(["--start-ahead", count]) == 2
+    assert "--start-ahead is 0 to 8 boxes" in capsys.readouterr().err

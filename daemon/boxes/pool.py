@@ -144,7 +144,8 @@ class BoxPool:
         daemon forks and a file system's format, which would slow the box just taken in its first commands."""
         if self._refill is not None:
             self._refill.cancel()
-        self._refill = asyncio.get_running_loop().call_later(REFILL_DELAY_S, self.fill_soon)
+        if not self._closed:
+            self._refill = asyncio.get_running_loop().call_later(REFILL_DELAY_S, self.fill_soon)
 
     async def _fill(self) -> None:
         while not self._closed and len(self.ready) < self.size:
