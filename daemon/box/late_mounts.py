@@ -12,8 +12,11 @@ are their slaves (``bwrap.py``). Attaching mounts the layers there, and the moun
    through the launcher's pidfd (``setns``: no pid can be reused under it), moves both mounts onto the staging
    points (``move_mount``), and ends: no other thread of the daemon ever leaves the daemon's namespace.
 
-The box's copies arrive in a mount namespace of a less privileged user namespace, so the kernel locks them (the
-guest, which has no ``CAP_SYS_ADMIN`` anyway, could neither unmount nor remount them). Before the attach, the guest
+The box's copies arrive in a mount namespace of a less privileged user namespace, so the kernel locks their flags
+(read-only, nosuid, nodev: no remount lifts them). Unlike the mounts bwrap copied at the box's start, a propagated
+mount is not itself locked against unmounting; nothing in the box can unmount it all the same: no process there has
+``CAP_SYS_ADMIN`` and the seccomp filter refuses ``umount2`` (and below it is only an empty directory of the
+launcher's, owned by host root, which no one in the box may write). Before the attach, the guest
 of such a box is stopped in its boot (it waits for its configuration, which the daemon sends only after this):
 no process of the box sees the empty staging points.
 """
