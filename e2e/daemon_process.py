@@ -8,7 +8,7 @@ import shutil
 import signal
 import subprocess
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
@@ -98,3 +98,27 @@ def make_checkout(base: Path) -> Path:
 def events(box: str | None = None) -> list[dict]:
     result = tkbox("events", *([box] if box else []), "--json")
     return [json.loads(line) for line in result.stdout.splitlines()]
+
+
+def next_event(match: str | Callable[[dict], bool], box: str | None = None, *, after: int = 0,
+               bound_s: float = 120) -> dict:
+    """The first event past ``after`` (of ``box``, or of all) whose kind is ``match`` (or for which ``match`` is
+    true), read as it comes from ``tkbox events --follow``; ``bound_s`` only bounds the wait: a missing event fails,
+    never hangs."""
+    wanted = (lambda event: event["kind"] == match) if isinstance(match, str) else match
+    follower = subprocess.Popen([TKBOX, "events", *([box] if box else []), "--follow", "--json", "--after",
+                                 str(after)], stdout=subprocess.PIPE)
+    watchdog = threading.Timer(bound_s, follower.kill)
+    watchdog.start()
+    try:
+        assert follower.stdout is not None
+        for line in follower.stdout:
+            event = json.loads(line)
+            if wanted(event):
+                return event
+    finally:
+        watchdog.cancel()
+        follower.kill()
+        follower.wait()
+    raise AssertionError(f"no event {match!r} of {box or 'any box'} after seq {after} within {bound_s:g} s")
+

@@ -20,14 +20,13 @@ import signal
 import subprocess
 import sys
 import tempfile
-import threading
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 from box_lab import BOUND_S, BOX_PYTHON, UID_REGISTRY, BoxLab, require_backend
 
-from e2e.daemon_process import daemon_process, events, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout, next_event
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tests.bundle_records import record_lines
 from tkbox_daemon.box import cgroups
@@ -415,23 +414,6 @@ def _exec(*argv: str) -> subprocess.CompletedProcess[bytes]:
     return subprocess.run([TKBOX, "exec", "cg", "--", *argv], capture_output=True, timeout=120, stdin=subprocess.DEVNULL)
 
 
-def _next_event(kind: str, after: int) -> dict:
-    """The first event of ``kind`` with a sequence number past ``after``, as it comes (bounded)."""
-    follower = subprocess.Popen([TKBOX, "events", "cg", "--follow", "--json"], stdout=subprocess.PIPE)
-    timer = threading.Timer(BOUND_S, follower.kill)  # only a bound: a missing event fails, never hangs
-    timer.start()
-    try:
-        for line in follower.stdout:
-            event = json.loads(line)
-            if event["kind"] == kind and event["seq"] > after:
-                return event
-    finally:
-        timer.cancel()
-        follower.kill()
-        follower.wait()
-    raise AssertionError(f"no {kind} event after seq {after}")
-
-
 def _containment(run_id: str, method: str) -> None:
     with SignerClient(SignerPaths.from_env().socket) as signer:
         signer.call(method, request_id=new_request_id(), run_id=run_id, reason=f"e2e: {method} through the cgroup")
@@ -463,19 +445,19 @@ def test_a_daemons_box_gets_cpu_and_memory_plus_swap_limits_its_oom_kill_is_reco
         before = _last_seq()
         hog = _exec("/usr/bin/python3", "-c", "block = b'x' * (600 << 20)")
         assert hog.returncode == 137, hog.stderr
-        oom = _next_event("box.oom", before)
+        oom = next_event("box.oom", "cg", after=before, bound_s=BOUND_S)
         assert oom["data"]["oom_kills"] >= 1 and oom["data"]["new"] >= 1
         assert _exec("echo", "still here").stdout == b"still here\n"
         # hold: the daemon pauses the box through the freezer
         before = _last_seq()
         _containment(info["run_id"], "hold")
-        _next_event("box.held", before)
+        next_event("box.held", "cg", after=before, bound_s=BOUND_S)
         assert (group["freezer"] / "freezer.state").read_text().strip() == "FROZEN"
         members = _procs(group["freezer"])
         assert members and {process_state(pid) for pid in members} == {"D"}  # frozen, never SIGSTOP's T
         before = _last_seq()
         _containment(info["run_id"], "release")
-        _next_event("box.released", before)
+        next_event("box.released", "cg", after=before, bound_s=BOUND_S)
         assert (group["freezer"] / "freezer.state").read_text().strip() == "THAWED"
         assert _exec("echo", "released").stdout == b"released\n"
         tkbox("stop", "cg")
@@ -506,13 +488,13 @@ def test_a_daemon_started_with_cgroup_root_on_a_cgroup2_mount_runs_its_boxes_the
         assert [line.path for line in inside if line.hierarchy == 0] == ["/"]
         before = _last_seq()
         _containment(info["run_id"], "hold")
-        _next_event("box.held", before)
+        next_event("box.held", "cg", after=before, bound_s=BOUND_S)
         assert parse_flat_keyed((group / "cgroup.events").read_text())["frozen"] == 1
         members = _procs(group)
         assert members and not {process_state(pid) for pid in members} & set(NOT_STOPPED_BY_SIGNAL)
         before = _last_seq()
         _containment(info["run_id"], "release")
-        _next_event("box.released", before)
+        next_event("box.released", "cg", after=before, bound_s=BOUND_S)
         assert parse_flat_keyed((group / "cgroup.events").read_text())["frozen"] == 0
         assert _exec("echo", "thawed").stdout == b"thawed\n"
         tkbox("stop", "cg")

@@ -22,7 +22,7 @@ from pathlib import Path
 import pytest
 from box_lab import require_backend
 
-from e2e.daemon_process import daemon_process, events, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout, next_event
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tkbox_daemon import limits
 from tkbox_daemon.box import cgroups
@@ -40,19 +40,10 @@ def signer():
 
 
 def _next_ready(after: int) -> dict:
-    """The first ``daemon.pool`` event past ``after`` that says a box is ready, read as it comes."""
-    follower = subprocess.Popen([TKBOX, "events", "--follow", "--json", "--after", str(after)],
-                                stdout=subprocess.PIPE)
-    try:
-        for line in follower.stdout:
-            event = json.loads(line)
-            if event["kind"] == "daemon.pool":
-                assert "reason" not in event["data"], event
-                return event
-    finally:
-        follower.kill()
-        follower.wait()
-    raise AssertionError("no daemon.pool event")
+    """The first ``daemon.pool`` event past ``after``: a box is ready (a failure to start one fails the test)."""
+    event = next_event("daemon.pool", after=after)
+    assert "reason" not in event["data"], event
+    return event
 
 
 def _ready_ids(paths) -> list[str]:

@@ -10,7 +10,7 @@ import subprocess
 
 import pytest
 
-from e2e.daemon_process import daemon_process, events, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout, next_event
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 
 pytestmark = pytest.mark.e2e
@@ -90,21 +90,8 @@ def _unread_stdin_exec(tmp_path) -> subprocess.Popen[bytes]:
     process = subprocess.Popen([TKBOX, "exec", "e2e", "--stdin", "stream", "--", "sleep", "600"], stdin=handle,
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     handle.close()
-    _wait_for_event("exec.started")
+    next_event("exec.started", "e2e")
     return process
-
-
-def _wait_for_event(kind: str) -> dict:
-    follower = subprocess.Popen([TKBOX, "events", "e2e", "--follow", "--json"], stdout=subprocess.PIPE)
-    try:
-        for line in follower.stdout:
-            event = json.loads(line)
-            if event["kind"] == kind:
-                return event
-    finally:
-        follower.kill()
-        follower.wait()
-    raise AssertionError(f"no {kind} event")
 
 
 def test_unread_stdin_interrupt_stops_the_process(box, tmp_path):
@@ -119,7 +106,7 @@ def test_unread_stdin_kill_of_the_client_stops_the_process(box, tmp_path):
     process = _unread_stdin_exec(tmp_path)
     process.kill()
     process.wait(60)
-    finished = _wait_for_event("exec.finished")
+    finished = next_event("exec.finished", "e2e")
     assert finished["data"]["signal"] == signal.SIGKILL
 
 
@@ -150,11 +137,11 @@ def test_hold_pauses_and_quarantine_kills_the_box(box):
     run_id = box["info"]["run_id"]
     with SignerClient(SignerPaths.from_env().socket) as signer:
         signer.call("hold", request_id=new_request_id(), run_id=run_id, reason="operator looks")
-        held = _wait_for_event("box.held")
+        held = next_event("box.held", "e2e")
         assert held["data"]["state"] == "held"
         assert run("true").returncode != 0
         signer.call("quarantine", request_id=new_request_id(), run_id=run_id, reason="incident")
-    failed = _wait_for_event("box.failed")
+    failed = next_event("box.failed", "e2e")
     assert "quarantined" in failed["data"]["reason"]
     assert tkbox_json("ls")[0]["pid"] is None
 

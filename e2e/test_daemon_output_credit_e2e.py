@@ -4,18 +4,16 @@ second command runs meanwhile, no ``guest.protocol_error`` is recorded, and the 
 
 from __future__ import annotations
 
-import json
 import os
 import select
 import subprocess
-import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
-from e2e.daemon_process import daemon_process, events, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout, next_event
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 
 pytestmark = pytest.mark.e2e
@@ -69,22 +67,6 @@ def _read_at_least(fd: int, count: int) -> bytes:
     return bytes(got)
 
 
-def _wait_for_event(match: Callable[[dict], bool]) -> dict:
-    follower = subprocess.Popen([TKBOX, "events", "e2e", "--follow", "--json"], stdout=subprocess.PIPE)
-    watchdog = threading.Timer(WAIT, follower.kill)
-    watchdog.start()
-    try:
-        for line in follower.stdout:  # type: ignore[union-attr]
-            event = json.loads(line)
-            if match(event):
-                return event
-    finally:
-        watchdog.cancel()
-        follower.kill()
-        follower.wait()
-    raise AssertionError("no such event")
-
-
 def test_a_client_that_stops_reading_holds_back_only_its_own_command(box):
     flood = subprocess.Popen([TKBOX, "exec", "e2e", "--", "yes", "flood"], stdin=subprocess.DEVNULL,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE)
@@ -99,7 +81,8 @@ def test_a_client_that_stops_reading_holds_back_only_its_own_command(box):
     finally:
         flood.kill()  # the client goes away while its command is held back
         flood.wait(WAIT)
-    finished = _wait_for_event(lambda e: e["kind"] == "exec.finished" and "flood" in e["data"]["command"])
+    finished = next_event(lambda e: e["kind"] == "exec.finished" and "flood" in e["data"]["command"], "e2e",
+                          bound_s=WAIT)
     assert finished["data"]["signal"] == 9
     after = _exec("echo", "after")
     assert after.returncode == 0 and after.stdout == b"after\n"

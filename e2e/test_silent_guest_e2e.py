@@ -13,11 +13,10 @@ import json
 import os
 import signal
 import subprocess
-import threading
 
 import pytest
 
-from e2e.daemon_process import daemon_process, events, make_checkout
+from e2e.daemon_process import daemon_process, events, make_checkout, next_event
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
 from tkbox_daemon import limits
 
@@ -47,23 +46,6 @@ def _silenced_box(daemon, name: str) -> dict:
     return info
 
 
-def _wait_for_event(box: str, kind: str) -> dict:
-    """The box's first ``kind`` event, read as it comes (``tkbox events --follow``), within ``BOUND_S``."""
-    follower = subprocess.Popen([TKBOX, "events", box, "--follow", "--json"], stdout=subprocess.PIPE)
-    timer = threading.Timer(BOUND_S, follower.kill)
-    timer.start()
-    try:
-        for line in follower.stdout:
-            event = json.loads(line)
-            if event["kind"] == kind:
-                return event
-    finally:
-        timer.cancel()
-        follower.kill()
-        follower.wait()
-    raise AssertionError(f"no {kind} event for {box} within {BOUND_S} s")
-
-
 def _box(name: str) -> dict:
     return next(box for box in tkbox_json("ls") if box["name"] == name)
 
@@ -85,22 +67,11 @@ def test_a_silent_guest_ends_an_exec_at_its_limit_plus_grace_and_the_box_fails_w
     assert diff.returncode == 0 and b"+changed" in diff.stdout  # the patch is the host's: not lost
 
 
-def _wait_for_event(box: str, kind: str) -> None:
-    follower = subprocess.Popen([TKBOX, "events", box, "--follow", "--json"], stdout=subprocess.PIPE)
-    try:
-        for line in follower.stdout:
-            if json.loads(line)["kind"] == kind:
-                return
-    finally:
-        follower.kill()
-        follower.wait()
-
-
 def test_a_guest_silenced_while_a_command_runs_cannot_hold_it_past_its_limit(daemon):
     info = tkbox_json("run", "--name", "quiet", "--workspace", str(daemon["checkout"]))
     running = subprocess.Popen([TKBOX, "exec", "--timeout", "5", "quiet", "--", "sleep", "600"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    _wait_for_event("quiet", "exec.started")
+    next_event("exec.started", "quiet")
     os.kill(info["pid"], signal.SIGSTOP)  # its own timeout would have ended the command: now only the host can
     _, stderr = running.communicate(timeout=BOUND_S)
     assert running.returncode == 2
@@ -126,7 +97,7 @@ def test_a_guest_killed_for_memory_is_reported_as_such_not_as_a_protocol_error(d
     # tmpfs pages count against the box's memory but belong to no process: the kernel kills the biggest one
     subprocess.run([TKBOX, "exec", "full", "--", "sh", "-c", "head -c 128M /dev/zero > /tmp/fill"],
                    capture_output=True, timeout=BOUND_S)
-    _wait_for_event("full", "box.failed")  # the exec's end can reach its client before the box's stop ends
+    next_event("box.failed", "full")  # the exec's end can reach its client before the box's stop ends
     box = _box("full")
     assert box["state"] == "failed"
     kinds = [event["kind"] for event in events("full")]
