@@ -80,12 +80,17 @@ async def _launch(box: Box, backend: BoxBackend, layers: dict[str, Path], userns
     try:
         spec = _box_spec(box.manager, box.id, box.layers, layers, box.uid, box.job_uid,
                          channels={"boot": boot.path, "agent": agent.path, "egress": box.egress.path},
-                         image=box.settings.image, shape=PoolShape.of(box.settings), userns_fd=userns_fd)
+                         shape=PoolShape.of(box.settings), userns_fd=userns_fd)
         box.process = await backend.start(spec, _guest_argv(box.manager, backend, boot.path))
         reader, writer = await agent.wait(GUEST_CONNECT_TIMEOUT)
     finally:
         await boot.close()
         await agent.close()
+    await _first_answer(box, reader, writer)
+
+
+async def _first_answer(box: Box, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+    """The guest's connection becomes the box's link, and the guest answers it once, within the host's deadline."""
     box.link = GuestLink(reader, writer, on_failure=box.guest_failed)
     await asyncio.wait_for(box.link.request("ping"), GUEST_CONNECT_TIMEOUT)
 
@@ -100,12 +105,13 @@ async def _open_channels(runtime_dir: Path, uid: int, boot: BootServer, agent: A
 
 
 def _box_spec(manager: BoxManager, box_id: str, box_layers: BoxLayers, layers: dict[str, Path], uid: int,
-              job_uid: int, *, channels: dict[str, Path], image: str, shape: PoolShape, userns_fd: int | None,
+              job_uid: int, *, channels: dict[str, Path], shape: PoolShape, userns_fd: int | None,
               workspace_later: bool = False, nice: int = 0) -> BoxSpec:
     return BoxSpec(
         box_id=box_id, state_dir=box_layers.backend, base_dir=layers["base"], upper_dir=layers["upper"],
         work_dir=layers["work"], etc_dir=layers["etc"], box_uid=uid, job_uid=job_uid, channels=channels,
-        guest_dir=manager.guest_dir, image_root=Path(image[4:]) if image.startswith("dir:") else None,
+        guest_dir=manager.guest_dir,
+        image_root=Path(shape.image[4:]) if shape.image.startswith("dir:") else None,
         limits=shape.limits(),
         disks_root=manager.config.paths.box_state_root, userns_fd=userns_fd, workspace_later=workspace_later,
         nice=nice,
@@ -132,12 +138,11 @@ async def launch_ahead(manager: BoxManager, warm: WarmBox, shape: PoolShape, *, 
             await asyncio.to_thread(box_layers.premake_mapping, *owner, warm.job_uid)
         await _open_channels(warm.runtime_dir, warm.uid, warm.boot, warm.agent, warm.egress)
         userns_fd = await asyncio.shield(making_userns) if making_userns is not None else None
-        layers = {"base": box_layers.base, "upper": box_layers.upper, "work": box_layers.work,
-                  "etc": manager.etc_dir}
-        warm.spec = _box_spec(manager, warm.box_id, box_layers, layers, warm.uid, warm.job_uid,
+        warm.spec = _box_spec(manager, warm.box_id, box_layers, _layer_paths(box_layers, manager.etc_dir),
+                              warm.uid, warm.job_uid,
                               channels={"boot": warm.boot.path, "agent": warm.agent.path,
                                         "egress": warm.egress.path},
-                              image=shape.image, shape=shape, userns_fd=userns_fd, workspace_later=True,
+                              shape=shape, userns_fd=userns_fd, workspace_later=True,
                               nice=START_AHEAD_NICE)
         warm.process = await backend.start(warm.spec, _guest_argv(manager, backend, warm.boot.path))
         await _wait_in_boot(warm)
@@ -179,15 +184,13 @@ async def start_taken_box(box: Box, backend: BoxBackend, warm: WarmBox) -> None:
         await backend.attach_workspace(warm.process, warm.spec, box.layers.lower)
         with contextlib.suppress(ProcessLookupError):  # its jobs are born of it: they start at the usual priority
             os.setpriority(os.PRIO_PROCESS, warm.process.pid, 0)
-        layers = {"base": box.layers.lower, "upper": box.layers.upper, "work": box.layers.work,
-                  "etc": box.manager.etc_dir}
+        layers = _layer_paths(box.layers, box.manager.etc_dir, base=box.layers.lower)
         warm.boot.release(_boot_config(box, backend, layers))
         reader, writer = await warm.agent.wait(GUEST_CONNECT_TIMEOUT)
     finally:
         await warm.boot.close()
         await warm.agent.close()
-    box.link = GuestLink(reader, writer, on_failure=box.guest_failed)
-    await asyncio.wait_for(box.link.request("ping"), GUEST_CONNECT_TIMEOUT)
+    await _first_answer(box, reader, writer)
 
 
 async def register_run(box: Box) -> None:
@@ -200,10 +203,15 @@ async def register_run(box: Box) -> None:
         box.emit("daemon.unrecorded", {"warning": "this daemon records nothing: no signer decides this box"})
 
 
+def _layer_paths(box_layers: BoxLayers, etc: Path, *, base: Path | None = None) -> dict[str, Path]:
+    """What a box's spec and boot configuration name: its base (``base``: the lower layer, once built), upper and
+    work dirs, and its /etc."""
+    return {"base": base or box_layers.base, "upper": box_layers.upper, "work": box_layers.work, "etc": etc}
+
+
 def _prepare_layers(box: Box) -> dict[str, Path]:
     """The base copy and, for a real box, its own disk of ``limits.disk`` bytes for what it writes."""
-    layers = {"base": box.layers.base, "upper": box.layers.upper, "work": box.layers.work,
-              "etc": box.manager.etc_dir}
+    layers = _layer_paths(box.layers, box.manager.etc_dir)
     if box.settings.image.startswith("dir:"):  # an image brings its own /usr: no host loader cache in /etc
         layers["etc"] = box.layers.etc
         generate_etc(layers["etc"], hostname="box", uses_host_usr=False)

@@ -34,7 +34,7 @@ from ..events import EventBus
 from ..signer_link import AsyncSignerClient, SignerCallError
 from ..wire import BoxInfo
 from .box import Box, BoxOperationError
-from .box_start import GUEST_ARGV
+from .box_start import GUEST_ARGV, launch_ahead
 from .channels import ChannelError
 from .guest_link import GuestFailure
 from .layer_reaper import LayerReaper
@@ -111,7 +111,7 @@ class BoxManager:
         self.guest_dir = install_guest(guest_dir, config.paths.layers_root / "guest")
         self.etc_dir = install_etc(config.paths.layers_root / "etc")
         self.layer_reaper = LayerReaper(config.paths.layers_root)
-        self.pool = BoxPool(self, config.pool_size)
+        self.pool = BoxPool(self, config.pool_size, launch_ahead)
         self.pool.clear_left_behind()  # before the recovery releases their uid claims
         recover_boxes(self)
         self.layer_reaper.sweep()  # what an earlier daemon (or this restart's recovery) left in the trash

@@ -33,6 +33,7 @@ import logging
 import os
 import shutil
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -49,6 +50,7 @@ if TYPE_CHECKING:
     from .manager import BoxManager
 
 log = logging.getLogger("tkbox.pool")
+Launch = Callable[..., Awaitable[None]]  # (manager, warm box, shape, *, owner) -> its box started
 
 MARKER_DIR = "started-ahead"
 START_AHEAD_NICE = 10  # a box started ahead takes CPU only when boxes in use leave some
@@ -105,8 +107,9 @@ class WarmBox:
 class BoxPool:
     """Keeps up to ``size`` boxes started ahead for ``manager`` (see the module docstring)."""
 
-    def __init__(self, manager: BoxManager, size: int) -> None:
+    def __init__(self, manager: BoxManager, size: int, launch: Launch) -> None:
         self.manager = manager
+        self.launch = launch  # box_start.launch_ahead: starts a WarmBox's box
         self.size = size if manager.backend.starts_ahead else 0
         self.shape = PoolShape.default()
         self.ready: deque[WarmBox] = deque()
@@ -180,8 +183,6 @@ class BoxPool:
             self.fill_soon()
 
     async def _start_one(self) -> WarmBox:
-        from .box_start import launch_ahead  # box_start builds on this module's WarmBox
-
         manager = self.manager
         box_id = manager.new_box_id()
         self.marker_dir.mkdir(mode=0o700, exist_ok=True)
@@ -197,7 +198,7 @@ class BoxPool:
                        AgentListener(runtime_dir / "agent.sock", uid),
                        EgressListener(runtime_dir / "egress.sock", uid, refuse_door_not_enabled))
         try:
-            await launch_ahead(manager, warm, self.shape, owner=self._owner)
+            await self.launch(manager, warm, self.shape, owner=self._owner)
         except BaseException:
             await self.discard(warm)
             raise
@@ -267,15 +268,14 @@ class BoxPool:
             shutil.rmtree(directory, ignore_errors=True)
         (self.marker_dir / box_id).unlink(missing_ok=True)
 
-    def clear_left_behind(self) -> list[str]:
-        """At the daemon's start: clear what boxes started ahead by an earlier daemon left; returns their ids."""
+    def clear_left_behind(self) -> None:
+        """At the daemon's start: clear what boxes started ahead by an earlier daemon left."""
         try:
             left = sorted(entry.name for entry in os.scandir(self.marker_dir) if entry.is_file())
         except FileNotFoundError:
-            return []
+            return
         for box_id in left:
             self._clear(box_id, BoxLayers(self.manager.config.paths.box_layers(box_id)))
-        return left
 
     async def close(self) -> None:
         """Stop starting boxes ahead and discard those ready (the daemon's shutdown)."""
