@@ -46,9 +46,8 @@ from tkbox_daemon.box.layout import (
     Step,
     Symlink,
     Tmpfs,
-    check_closed_to_others,
     fd_path,
-    open_layer_dir,
+    open_workspace_layers,
 )
 from tkbox_daemon.box.syscalls import (
     CLONE_NEWNS,
@@ -255,21 +254,17 @@ def _stage(sources: BoxSources, staging: str, *, workspace_later: bool) -> int:
 
 
 def _attach(launcher_pidfd: int, spec: BoxSpec, lower: Path) -> None:
-    """The layers opened and checked as ``BoxSources`` checks them (no symlink followed; the jobs' own; below a
-    directory closed to other users), then mounted in the launcher's namespace (``late_mounts.py``)."""
-    opened: list[int] = []
+    """The layers opened and checked as ``BoxSources`` checks them (``layout.open_workspace_layers``), then mounted
+    in the launcher's namespace (``late_mounts.py``)."""
+    opened = open_workspace_layers({"base": lower, "upper": spec.upper_dir, "work": spec.work_dir}, spec.job_uid)
     try:
-        for role, path in (("base", lower), ("upper", spec.upper_dir), ("work", spec.work_dir)):
-            check_closed_to_others(path, f"{role}_dir")
-            opened.append(open_layer_dir(path, f"{role}_dir", owner=spec.job_uid))
-        if os.fstat(opened[1]).st_dev != os.fstat(opened[2]).st_dev:
-            raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
-        late_mounts.attach_workspace(launcher_pidfd, Path(spec.state_dir) / "mnt", lower_fd=opened[0],
-                                     upper_fd=opened[1], work_fd=opened[2], overlay_options=OVERLAY_OPTION_MAP)
+        late_mounts.attach_workspace(launcher_pidfd, Path(spec.state_dir) / "mnt", lower_fd=opened["base"],
+                                     upper_fd=opened["upper"], work_fd=opened["work"],
+                                     overlay_options=OVERLAY_OPTION_MAP)
     except late_mounts.AttachError as error:
         raise BoxStartError(f"the workspace could not be attached: {error}") from None
     finally:
-        for fd in opened:
+        for fd in opened.values():
             os.close(fd)
 
 

@@ -96,15 +96,11 @@ class BoxSources:
     def _open_all(self) -> None:
         spec = self.spec
         uid, job_uid = spec.box_uid, spec.job_uid
-        layers = [("upper", spec.upper_dir), ("work", spec.work_dir)]
+        layers = {"upper": spec.upper_dir, "work": spec.work_dir}
         if not spec.workspace_later:  # else the base is attached once it exists (late_mounts.py)
-            layers.insert(0, ("base", spec.base_dir))
-        for role, path in layers:
-            self._keep(role, path, open_layer_dir(path, f"{role}_dir", owner=job_uid))
-        for role, path in layers:
-            check_closed_to_others(path, f"{role}_dir")
-        if os.fstat(self.fd("upper")).st_dev != os.fstat(self.fd("work")).st_dev:
-            raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
+            layers = {"base": spec.base_dir, **layers}
+        for (role, path), fd in zip(layers.items(), open_workspace_layers(layers, job_uid).values(), strict=True):
+            self._keep(role, path, fd)
         self._keep("etc", spec.etc_dir,
                    open_layer_dir(spec.etc_dir, "etc_dir", owner=os.geteuid(), not_writable_by_others=True))
         if spec.guest_dir is not None:
@@ -232,6 +228,25 @@ def open_layer_dir(path: object, what: str, *, owner: int | None = None, not_own
         os.close(fd)
         raise BoxStartError(f"{what} {path}: {problem}")
     return fd
+
+
+def open_workspace_layers(layers: dict[str, Path], job_uid: int) -> dict[str, int]:
+    """``O_PATH`` fds of a workspace's layer dirs (role -> path: ``base``, ``upper``, ``work``), each the jobs'
+    own, no symlink followed, below a directory closed to other users, and upper and work on one file system; on a
+    refusal none stays open. Raises ``BoxStartError``."""
+    opened: dict[str, int] = {}
+    try:
+        for role, path in layers.items():
+            opened[role] = open_layer_dir(path, f"{role}_dir", owner=job_uid)
+        for role, path in layers.items():
+            check_closed_to_others(path, f"{role}_dir")
+        if os.fstat(opened["upper"]).st_dev != os.fstat(opened["work"]).st_dev:
+            raise BoxStartError("upper_dir and work_dir must be on the same filesystem")
+    except BaseException:
+        for fd in opened.values():
+            os.close(fd)
+        raise
+    return opened
 
 
 def check_closed_to_others(path: object, what: str) -> None:
