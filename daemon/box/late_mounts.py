@@ -41,7 +41,7 @@ from tkbox_daemon.box.idmap import (
     SYS_MOVE_MOUNT,
     SYS_OPEN_TREE,
 )
-from tkbox_daemon.box.syscalls import CLONE_NEWNS, checked_syscall
+from tkbox_daemon.box.syscalls import CLONE_FS, CLONE_NEWNS, checked_syscall, setns, unshare
 
 SYS_FSOPEN = 430
 SYS_FSCONFIG = 431
@@ -50,10 +50,7 @@ FSOPEN_CLOEXEC = 0x1
 FSMOUNT_CLOEXEC = 0x1
 FSCONFIG_SET_STRING = 1
 FSCONFIG_CMD_CREATE = 6
-CLONE_FS = 0x00000200
 STAGED_NAMES = ("workspace", "base")  # the staging points a box started ahead waits with
-
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 class AttachError(OSError):
@@ -104,12 +101,11 @@ def move_into_namespace(launcher_pidfd: int, moves: dict[str, int]) -> None:
 
     def enter_and_move() -> None:
         try:
-            if _libc.unshare(CLONE_FS) != 0:
-                error = ctypes.get_errno()
-                raise AttachError(error, f"unshare(CLONE_FS): {os.strerror(error)}")
-            if _libc.setns(launcher_pidfd, CLONE_NEWNS) != 0:
-                error = ctypes.get_errno()
-                raise AttachError(error, f"setns into the launcher's mount namespace: {os.strerror(error)}")
+            try:
+                unshare(CLONE_FS)  # this thread's own root, cwd and mount namespace from here on
+                setns(launcher_pidfd, CLONE_NEWNS)
+            except OSError as error:
+                raise AttachError(error.errno or 0, f"entering the launcher's mount namespace: {error}") from None
             for target, mount_fd in moves.items():
                 _call(SYS_MOVE_MOUNT, ctypes.c_int(mount_fd), b"", ctypes.c_int(AT_FDCWD), os.fsencode(target),
                       ctypes.c_uint(MOVE_MOUNT_F_EMPTY_PATH), what=f"move_mount to {target}")

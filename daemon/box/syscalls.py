@@ -21,6 +21,7 @@ _libc.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_u
 _libc.fallocate.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
 _libc.syscall.restype = ctypes.c_long
 
+CLONE_FS = 0x00000200
 CLONE_NEWNS = 0x00020000
 CLONE_NEWCGROUP = 0x02000000
 CLONE_NEWUTS = 0x04000000
@@ -82,6 +83,11 @@ def checked_syscall(number: int, *args: object, what: str, error: type[OSError] 
 
 def unshare(flags: int) -> None:
     _check(_libc.unshare(flags), f"unshare({flags:#x})")
+
+
+def setns(fd: int, nstype: int) -> None:
+    """Enter the namespace behind ``fd`` (a namespace file or a pidfd) of type ``nstype``."""
+    _check(_libc.setns(fd, nstype), f"setns({nstype:#x})")
 
 
 def mount(source: str | bytes | None, target: str | bytes, fstype: str | bytes | None, flags: int = 0,
