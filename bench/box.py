@@ -44,6 +44,14 @@ IN_BOX_LOOP = (
 )
 
 
+async def until_started_ahead(daemon: object) -> None:
+    """Until a daemon that starts boxes ahead has one ready (its refill waits 1 s after a take); at once for one
+    that starts none."""
+    pool = daemon.manager.pool  # type: ignore[attr-defined]
+    while pool.size and not pool.ready:
+        await asyncio.sleep(0.05)
+
+
 def bare_start(runs: int) -> float:
     times = []
     for _ in range(runs):
@@ -74,9 +82,7 @@ async def box_numbers(runs: int, backend_name: str) -> tuple[list[float], list[f
         warm_client = await stack.enter_async_context(warm.client())
         for n in range(runs):
             for daemon, client, times in ((cold, cold_client, cold_times), (warm, warm_client, warm_times)):
-                pool = daemon.manager.pool
-                while pool.size and not pool.ready:  # a box started ahead is ready (the refill waits 1 s)
-                    await asyncio.sleep(0.05)
+                await until_started_ahead(daemon)
                 start = time.perf_counter()
                 await client.create_box({"name": f"b{n}", "workspace": str(workspace)})
                 result = await run_exec(client, f"b{n}", ["true"])
@@ -155,8 +161,7 @@ async def workspace_numbers(runs: int, backend_name: str, start_ahead: int) -> l
                 for run in range(runs):
                     baselines.append(bind_overlay(workspace, base / "overlay-scratch"))
                     name = f"w{len(rows)}-{run}"
-                    while daemon.manager.pool.size and not daemon.manager.pool.ready:
-                        await asyncio.sleep(0.05)  # a box started ahead is ready (the refill waits 1 s)
+                    await until_started_ahead(daemon)
                     start = time.perf_counter()
                     await client.create_box({"name": name, "workspace": str(workspace)})
                     result = await run_exec(client, name, ["true"])
