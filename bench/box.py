@@ -30,7 +30,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
-from common import machine  # noqa: E402
+from common import Steal, machine  # noqa: E402
 
 from tests.daemon_harness import run_exec, running_daemon  # noqa: E402
 
@@ -157,15 +157,16 @@ async def workspace_numbers(runs: int, backend_name: str, start_ahead: int) -> l
             for label, files in WORKSPACE_SIZES:
                 workspace = make_workspace(base / f"ws-{len(rows)}", files)
                 subprocess.run(["sync"], check=True)
-                creates, removes, baselines = [], [], []
+                creates, removes, baselines, steal = [], [], [], []
                 for run in range(runs):
                     baselines.append(bind_overlay(workspace, base / "overlay-scratch"))
                     name = f"w{len(rows)}-{run}"
                     await until_started_ahead(daemon)
-                    start = time.perf_counter()
+                    start, stolen = time.perf_counter(), Steal().start()
                     await client.create_box({"name": name, "workspace": str(workspace)})
                     result = await run_exec(client, name, ["true"])
                     creates.append(time.perf_counter() - start)
+                    steal.append(stolen.stop())
                     assert result["end"]["exit_code"] == 0, result
                     start = time.perf_counter()
                     await client.remove_box(name)
@@ -173,7 +174,7 @@ async def workspace_numbers(runs: int, backend_name: str, start_ahead: int) -> l
                     daemon.manager.layer_reaper.wait(600)  # the next run starts on a quiet disk
                 rows.append({"label": label, "files": file_count(workspace), "create": statistics.median(creates),
                              "create_runs": creates, "baseline": statistics.median(baselines),
-                             "rm": statistics.median(removes)})
+                             "rm": statistics.median(removes), "steal": max(steal)})
                 shutil.rmtree(workspace)
     finally:
         shutil.rmtree(base, ignore_errors=True)
@@ -191,7 +192,7 @@ def print_workspaces(rows: list[dict[str, object]], backend: str) -> None:
         runs = ", ".join(f"{value * 1000:.0f}" for value in row["create_runs"])  # type: ignore[attr-defined]
         print(f"  {row['label']:<24} {row['files']:>6} files  create {create * 1000:7.1f} ms ({runs})  "
               f"{create / empty:4.2f}x empty (goal <= 1.5x)  bind+overlay {baseline * 1000:5.1f} ms  "
-              f"rm {removed * 1000:6.1f} ms (goal <= 200 ms)")
+              f"rm {removed * 1000:6.1f} ms (goal <= 200 ms)  steal up to {row['steal']:.0%}")
 
 
 def main() -> int:

@@ -28,6 +28,33 @@ def machine() -> str:
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
 
 
+def cpu_jiffies() -> tuple[int, int]:
+    """(all, stolen) CPU time of the machine so far, in clock ticks, from /proc/stat's first line.
+
+    Steal is the time this VM's CPUs were ready to run but the hypervisor ran something else. On a shared VM
+    it changes a ratio between two runs more than most code changes do, so each measure reports it."""
+    fields = [int(field) for field in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:9]]
+    return sum(fields), fields[7]  # user nice system idle iowait irq softirq steal (guest time is within user)
+
+
+class Steal:
+    """The share of the machine's CPU time stolen between ``start()`` and ``stop()`` (0.0 to 1.0)."""
+
+    def __init__(self) -> None:
+        self.share = 0.0
+        self._start = (0, 0)
+
+    def start(self) -> Steal:
+        self._start = cpu_jiffies()
+        return self
+
+    def stop(self) -> float:
+        total, stolen = cpu_jiffies()
+        elapsed = total - self._start[0]
+        self.share = (stolen - self._start[1]) / elapsed if elapsed > 0 else 0.0
+        return self.share
+
+
 def median_ms(samples: list[float]) -> float:
     return statistics.median(samples) * 1000
 

@@ -41,7 +41,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from common import machine, signer_process  # noqa: E402
+from common import Steal, machine, signer_process  # noqa: E402
 
 from tkbox_daemon import limits  # noqa: E402
 from tkbox_daemon.boxes.egress_listener import EgressListener  # noqa: E402
@@ -206,12 +206,24 @@ class Peers:
 
 # ---- the measures -------------------------------------------------------------------------------------------------
 
+QUIET_STEAL = 0.05  # a round is quiet when less than this share of the machine's CPU time was stolen in both runs
+
+
 @dataclass
 class Rate:
     what: str
     direct: float  # MiB/s, median
     proxied: float  # MiB/s, median
     proxy_cpu: float  # the proxy process's CPU seconds (user + system) per GiB carried, median
+    steal: list[tuple[float, float]]  # per round: the share of CPU time stolen during the direct and proxied runs
+    quiet_ratios: list[float]  # per quiet round: proxied / direct
+
+    def steal_text(self) -> str:
+        shares = [share for pair in self.steal for share in pair]
+        quiet = (f"ratio {statistics.median(self.quiet_ratios):.2f} in the {len(self.quiet_ratios)} of "
+                 f"{len(self.steal)} rounds with steal < {QUIET_STEAL:.0%}" if self.quiet_ratios else
+                 f"no round with steal < {QUIET_STEAL:.0%}")
+        return f"steal {min(shares):.0%}-{max(shares):.0%}; {quiet}"
 
 
 def cpu_seconds() -> float:
@@ -226,16 +238,20 @@ async def throughput(peers: Peers, unix: str, mib: int, rounds: int) -> list[Rat
         port = peers.tls_port if tls else peers.raw_port
         proxied = {"unix": unix, "connect": f"{HOST}:{443 if tls else peers.raw_port}"}
         for job in ("upload", "download"):
-            direct, through, cpu = [], [], []
+            direct, through, cpu, steal = [], [], [], []
             for _ in range(rounds):
+                stolen = Steal().start()
                 answer = await peers.ask(job=job, bytes=mib * MIB, via={"tcp": port}, tls=tls, server_name=HOST)
                 direct.append(mib / answer["seconds"])
-                before = cpu_seconds()
+                direct_steal = stolen.stop()
+                before, stolen = cpu_seconds(), Steal().start()
                 answer = await peers.ask(job=job, bytes=mib * MIB, via=proxied, tls=tls, server_name=HOST)
                 cpu.append((cpu_seconds() - before) / mib * 1024)
                 through.append(mib / answer["seconds"])
+                steal.append((direct_steal, stolen.stop()))
+            quiet = [through[n] / direct[n] for n in range(rounds) if max(steal[n]) < QUIET_STEAL]
             results.append(Rate(f"{'TLS' if tls else 'raw'} {job}", statistics.median(direct),
-                                statistics.median(through), statistics.median(cpu)))
+                                statistics.median(through), statistics.median(cpu), steal, quiet))
     return results
 
 
@@ -280,7 +296,7 @@ async def measure_throughput(args: argparse.Namespace, peers: Peers, signed: Ben
     for rate in rates:
         print(f"tunnel {rate.what} of {args.mib} MiB: {rate.proxied:,.0f} MiB/s through the proxy; direct loopback "
               f"{rate.direct:,.0f} MiB/s; ratio {rate.proxied / rate.direct:.2f} (goal >= 0.7); the proxy's "
-              f"process {rate.proxy_cpu:.2f} CPU s/GiB")
+              f"process {rate.proxy_cpu:.2f} CPU s/GiB; {rate.steal_text()}")
 
 
 async def measure_decisions(args: argparse.Namespace, peers: Peers, signed: BenchEgress, instant: BenchEgress,
@@ -290,22 +306,34 @@ async def measure_decisions(args: argparse.Namespace, peers: Peers, signed: Benc
     decided), then with a pause between connections (each decision finds the signer idle)."""
     block = max(1, args.connections // 5)
     for pause, what in ((0.0, "back to back"), (args.pause, f"{args.pause * 1000:.0f} ms apart")):
-        base, real = [], []
+        base, real, quiet_base, quiet_real, steal = [], [], [], [], []
         cpu = {"instant": 0.0, "signer": 0.0}
         for _ in range(0, args.connections, block):
-            for context, into, name in ((instant, base, "instant"), (signed, real, "signer")):
-                before = cpu_seconds()
-                into += await connect_times(peers, context, block, pause)
+            blocks = {}
+            for context, name in ((instant, "instant"), (signed, "signer")):
+                before, stolen = cpu_seconds(), Steal().start()
+                blocks[name] = await connect_times(peers, context, block, pause)
                 cpu[name] += cpu_seconds() - before
+                steal.append(stolen.stop())
+            base += blocks["instant"]
+            real += blocks["signer"]
+            if max(steal[-2:]) < QUIET_STEAL:
+                quiet_base += blocks["instant"]
+                quiet_real += blocks["signer"]
         overhead = (statistics.median(real) - statistics.median(base)) * 1000
+        quiet = (f"median {(statistics.median(quiet_real) - statistics.median(quiet_base)) * 1000:.2f} ms over the "
+                 f"{len(quiet_real)} connections of blocks with steal < {QUIET_STEAL:.0%}" if quiet_real else
+                 f"no block with steal < {QUIET_STEAL:.0%}")
         print(f"CONNECT -> 200, {len(real)} connections {what}: real signer {ms(real)}; instant decision "
               f"{ms(base)}; overhead: median {overhead:.2f} ms (goal <= 2 ms), p95 "
               f"{(percentile(real, 0.95) - percentile(base, 0.95)) * 1000:.2f} ms; the proxy's process per whole "
               f"connection: {cpu['signer'] / len(real) * 1000:.2f} CPU ms with the signer, "
-              f"{cpu['instant'] / len(base) * 1000:.2f} instant")
+              f"{cpu['instant'] / len(base) * 1000:.2f} instant; steal {min(steal):.0%}-{max(steal):.0%}; "
+              f"overhead {quiet}")
+    stolen = Steal().start()
     decide, complete = await signer_round_trips(recorder, min(args.connections, 200))
     print(f"the signer alone (RunRecorder, {len(decide)} in turn, no proxy): decide {ms(decide)}; "
-          f"complete_egress {ms(complete)}")
+          f"complete_egress {ms(complete)}; steal {stolen.stop():.0%}")
 
 
 async def measure_concurrent(args: argparse.Namespace, peers: Peers, signed: BenchEgress) -> None:

@@ -10,6 +10,8 @@ import argparse
 import asyncio
 import json
 import multiprocessing
+import os
+import resource
 import socket
 import sys
 import tempfile
@@ -18,7 +20,8 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import machine, median_ms, signer_process  # noqa: E402
+from common import Steal, machine, median_ms, signer_process  # noqa: E402
+from signer_floor import decision_floor, report  # noqa: E402
 
 from tkbox_daemon.signer.client import SignerClient, new_request_id  # noqa: E402
 from tkbox_daemon.signer.paths import SignerPaths  # noqa: E402
@@ -71,6 +74,18 @@ def decide_latency(socket_path: Path, samples: int) -> float:
             client.call("decide", request_id=new_request_id(), **token, tool="Bash", args={"command": f"ls -la {n}"})
             times.append(time.perf_counter() - start)
     return median_ms(times)
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) that process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def children_cpu() -> float:
+    """CPU seconds of this process's children that have been waited for (the bench's client processes)."""
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
 
 
 def _client_worker(socket_path: str, count: int, barrier: multiprocessing.Barrier, result: multiprocessing.Queue) -> None:
@@ -178,10 +193,19 @@ def main() -> int:
     echo_ms = echo_latency(args.latency_samples)
     with signer_process() as paths:
         decide_ms = decide_latency(paths.socket, args.latency_samples)
+        with SignerClient(paths.socket) as client:
+            signer_pid = client.call("hello")["pid"]
+        signer_before, clients_before, stolen = process_cpu(signer_pid), children_cpu(), Steal().start()
         throughput = durable_throughput(paths.socket, args.decisions, args.clients)
+        stolen.stop()
+        signer_cpu = (process_cpu(signer_pid) - signer_before) / args.decisions * 1e6
+        clients_cpu = (children_cpu() - clients_before) / args.decisions * 1e6
     print(f"decide latency (durable, sequential): median {decide_ms:.3f} ms; bare NDJSON echo {echo_ms:.3f} ms; "
           f"ratio {decide_ms / echo_ms:.1f}x")
-    print(f"durable decisions/s ({args.clients} clients, window {WINDOW}): {throughput:,.0f} (goal >= 5,000, issue 14)")
+    print(f"durable decisions/s ({args.clients} clients, window {WINDOW}): {throughput:,.0f} (goal >= 5,000, issue 14); "
+          f"CPU per decision: the signer {signer_cpu:.0f} µs, the clients {clients_cpu:.0f} µs; steal {stolen.share:.0%}")
+    print("the floor: a decision's fixed work, each part alone in this process (bench/signer_floor.py):")
+    print(report(decision_floor(min(args.decisions, 4000))))
     with signer_process() as paths:
         rate, bare, bare_openssl, count = verify_throughput(paths, args.records)
     print(f"verify: {count:,} records at {rate:,.0f} records/s (goal >= 20,000); "
