@@ -138,10 +138,13 @@ def _skip_options(args: list[str], short_values: str, long_values: tuple[str, ..
     return i
 
 
-def strip_wrappers(argv: list[str], limit: int = 16, *, keep_path: bool = False) -> list[str]:
+def strip_wrappers(argv: list[str], limit: int = 16, *, keep_path: bool = False,
+                   removed: list[str] | None = None) -> list[str]:
     """The words of the program that really runs: reserved words, assignments and wrappers removed.
 
-    Its first word is reduced to the program's name (``/bin/rm`` -> ``rm``) unless ``keep_path``."""
+    Its first word is reduced to the program's name (``/bin/rm`` -> ``rm``) unless ``keep_path``. Each wrapper
+    word removed is appended to ``removed``, as written: one written as a path (``/tmp/timeout``) runs the file
+    at that path, whatever the file is."""
     argv = list(argv)
     for _ in range(limit):
         if not argv:
@@ -157,6 +160,8 @@ def strip_wrappers(argv: list[str], limit: int = 16, *, keep_path: bool = False)
         if spec is None or (head == "command" and any(a in ("-v", "-V") for a in argv[1:2])):
             return [argv[0] if keep_path else head, *argv[1:]]
         short_values, long_values, operands = spec
+        if removed is not None:
+            removed.append(argv[0])
         rest = argv[1:]
         if head == "env":
             split = [i for i, a in enumerate(rest) if a in ("-S", "--split-string") or a.startswith("-S")]

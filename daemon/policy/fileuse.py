@@ -34,6 +34,7 @@ class Stage:
     reads: tuple[str, ...]    # files its input redirections read
     runs_stdin: bool          # it runs code read from its standard input (sh, python3 -, source /dev/stdin)
     group: bool               # a subshell, a group's closing brace or a bare redirection: output of unknown origin
+    wrapper_paths: tuple[str, ...] = ()  # wrappers written as paths (/tmp/nice, ./env): files that run too
 
 
 @dataclass(frozen=True, slots=True)
@@ -248,10 +249,11 @@ def _interpreter_runs(family: str, argv: tuple[str, ...]) -> list[Run]:
 def run_files(stage: Stage) -> list[Run]:
     """The files one command runs (not counting code it reads from its standard input)."""
     argv = stage.argv
+    runs = [Run(path) for path in stage.wrapper_paths]  # /tmp/timeout runs that file, even read as a wrapper
     if not argv:
-        return []
+        return runs
     name = argv[0]
-    runs = [Run(stage.head)] if "/" in stage.head or "$" in stage.head else [Run(name, by_name=True)]
+    runs.append(Run(stage.head) if "/" in stage.head or "$" in stage.head else Run(name, by_name=True))
     if name in ("source", ".") and len(argv) > 1 and argv[1] not in ("/dev/stdin", "-", "/proc/self/fd/0"):
         runs.append(Run(argv[1]))
     if name in SHELLS:

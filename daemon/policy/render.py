@@ -184,7 +184,7 @@ class Renderer:
                 stages.append(Stage((), "", *redirect_files(parts), runs_stdin=False, group=True))
                 data = None
                 continue
-            argv2, argv3, head, parts = self._command(command)
+            argv2, argv3, head, wrapper_paths, parts = self._command(command)
             redirects = [_format_redirect(*part) for part in parts]
             if "xargs" in argv2[:len(argv2) - len(argv3)] and data is not None and len(data) <= 4096:
                 argv3 = argv3 + data.decode("utf-8", "replace").split()  # xargs appends its input
@@ -208,7 +208,8 @@ class Renderer:
             data = run_stage(name, argv3[1:], stdin) if name else None
             decoded = decoded or (data is not None and (name in DECODERS or (name == "echo" and "-e" in argv3)))
             last_runs_stdin = runs_stdin
-            stages.append(Stage(tuple(argv3), head, *redirect_files(parts), runs_stdin=runs_stdin, group=not argv3))
+            stages.append(Stage(tuple(argv3), head, *redirect_files(parts), runs_stdin=runs_stdin, group=not argv3,
+                                wrapper_paths=wrapper_paths))
             texts2.append(_join([_join([_tidy_path(a) for a in argv2]), *redirects]))
             texts3.append(_join([_join([_tidy_path(a) for a in argv3]), *redirects]))
         self.stages += len(stages)
@@ -256,7 +257,8 @@ class Renderer:
             return reads_stdin
         return False
 
-    def _command(self, command: Command) -> tuple[list[str], list[str], str, list[tuple[str, str, str]]]:
+    def _command(self, command: Command) -> tuple[list[str], list[str], str, tuple[str, ...],
+                                                   list[tuple[str, str, str]]]:
         """(resolved argv, stripped argv, the program as written once wrappers are gone, redirections as
         (fd, operator, target)) of a simple command; tracks assignments."""
         fields: list[str] = []
@@ -276,18 +278,20 @@ class Renderer:
         return (*self._argv(fields, assignments, head_seen), self._redirect_parts(command.redirects))
 
     def _argv(self, fields: list[str], assignments: list[tuple[str, str]],
-              head_seen: bool) -> tuple[list[str], list[str], str]:
-        """(resolved argv, stripped argv, the program as written) of a command's expanded words, of which
-        the first ``len(assignments)`` are the assignments; the assignments last when no program follows."""
+              head_seen: bool) -> tuple[list[str], list[str], str, tuple[str, ...]]:
+        """(resolved argv, stripped argv, the program as written, the wrappers written as paths) of a command's
+        expanded words, of which the first ``len(assignments)`` are the assignments; the assignments last when
+        no program follows."""
         if not head_seen:
             for name, value in assignments:
                 self._assign(name, value)
         head = [program_name(fields[len(assignments)])] if len(fields) > len(assignments) else []
         raw = fields[:len(assignments)] + head + fields[len(assignments) + 1:]
-        kept = strip_wrappers(fields, keep_path=True)
+        wrappers: list[str] = []
+        kept = strip_wrappers(fields, keep_path=True, removed=wrappers)
         argv3 = canonical_options([program_name(kept[0]), *kept[1:]]) if kept else []
         self._declarations(argv3)
-        return raw, argv3, kept[0] if kept else ""
+        return raw, argv3, kept[0] if kept else "", tuple(word for word in wrappers if "/" in word)
 
     def plain(self, words: list[str]) -> tuple[str, str, str]:
         """(literal, resolved, stripped) of a line of plain words (shellparse.plain_words: no quoting, expansion,
@@ -306,7 +310,7 @@ class Renderer:
             else:
                 head_seen = True
                 fields.extend(_brace_expand(word) if "{" in word and len(word) <= 4096 else (word,))
-        argv2, argv3, head = self._argv(fields, assignments, head_seen)
+        argv2, argv3, head, wrapper_paths = self._argv(fields, assignments, head_seen)
         stdin = self.process_stdin  # a top-level line's only stage reads the process's stdin
         if stdin is not None and len(stdin) <= 4096 and "xargs" in argv2[:len(argv2) - len(argv3)]:
             argv3 = argv3 + stdin.decode("utf-8", "replace").split()  # xargs appends its input
@@ -322,7 +326,7 @@ class Renderer:
         self.stages += 1
         if self.stages <= MAX_STAGES:
             self.pipelines.append((Stage(tuple(argv3), head, *redirect_files([]), runs_stdin=runs_stdin,
-                                         group=not argv3),))
+                                         group=not argv3, wrapper_paths=wrapper_paths),))
         if len(tokens) > 1 or tokens[0].startswith("exec-stdin:"):
             self.skeleton.append("pipeline: " + " | ".join(tokens))
         if data is not None and (name in DECODERS or (name == "echo" and "-e" in argv3)) and not runs_stdin:
