@@ -251,7 +251,8 @@ class _Analysis:
             fed.extend((*operands(stage.argv), *stage.reads))
             if len(fed) > MAX_FED:
                 fed = [ANY]  # too many to follow: what comes out may hold any of them
-            text = " ".join((stage.head, *stage.argv[1:])) if stage.argv else "( … )"
+            shown = (*stage.wrapper_paths, *((stage.head, *stage.argv[1:]) if stage.argv else ()))
+            text = " ".join(shown) if shown else "( … )"
             texts.append(text[:_FIELD_CHARS])
             own = written_files(stage.argv)
             for path in (*stage.writes, *own):
