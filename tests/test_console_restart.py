@@ -25,7 +25,10 @@ def _app(tmp_path: Path, fake: FakeDaemonClient):
 
 
 async def _started(app, pilot) -> None:
-    await wait_until(pilot, lambda: app.state.connected and app.client.stream_opened.is_set())
+    """Connected, following events, and the box table drawn from the first box list (the render timer draws it,
+    which on a loaded machine may fire after the connection is up)."""
+    await wait_until(pilot, lambda: app.state.connected and app.client.stream_opened.is_set()
+                     and set(app.main_screen.query_one(BoxTable).box_ids) == set(app.state.boxes))
 
 
 def _three_lives_of_demo() -> FakeDaemonClient:
