@@ -46,6 +46,7 @@ from tkbox_daemon.wire_apply import ApplyFile, ApplyReport
 from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
 from tkbox_daemon.wire_host import HostCheck, HostReport
 from tkbox_tui.client import DaemonError, DaemonUnreachable
+from tkbox_tui.console.widgets import BoxTable
 
 DROP_STREAM = object()
 FIXED_NOW = datetime(2025, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -605,3 +606,10 @@ async def wait_until(pilot: Any, condition: Any, rounds: int = 200) -> None:
             return
         await pilot.pause(0.05)
     raise AssertionError("condition not reached")
+
+
+async def until_table_drawn(app: Any, pilot: Any) -> None:
+    """Until the console is connected, follows events and has drawn its box table from the first box list (the
+    render timer draws it, which on a loaded machine may fire after the connection is up)."""
+    await wait_until(pilot, lambda: app.state.connected and app.client.stream_opened.is_set()
+                     and set(app.main_screen.query_one(BoxTable).box_ids) == set(app.state.boxes))

@@ -14,6 +14,7 @@ from tests.console_fakes import (
     make_event,
     quiet_settings,
     two_boxes,
+    until_table_drawn,
     wait_until,
 )
 from tkbox_tui.client import DaemonError
@@ -28,17 +29,10 @@ def _app(tmp_path: Path, fake: FakeDaemonClient | None = None, **overrides):
     return fake, make_app(fake, settings=quiet_settings(tmp_path / "config", **overrides), clock=fixed_clock)
 
 
-async def _started(app, pilot) -> None:
-    """Connected, following events, and the box table drawn from the first box list (the render timer draws it,
-    which on a loaded machine may fire after the connection is up)."""
-    await wait_until(pilot, lambda: app.state.connected and app.client.stream_opened.is_set()
-                     and set(app.main_screen.query_one(BoxTable).box_ids) == set(app.state.boxes))
-
-
 async def test_boxes_table_is_keyed_by_id_and_updated_in_place(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         table = app.screen.query_one(BoxTable)
         assert table.box_ids == ["b1", "b2"]
         assert table.get_row("b1")[:3] == ["web-api", table.get_row("b1")[1], "host"]
@@ -56,7 +50,7 @@ async def test_boxes_table_is_keyed_by_id_and_updated_in_place(tmp_path):
 async def test_a_new_box_event_adds_a_row_and_removed_takes_it_away(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         fake.live.put_nowait(make_event(1, "b9", "box.created", name="fresh", workspace="/w"))
         table = app.screen.query_one(BoxTable)
         await wait_until(pilot, lambda: "b9" in table.box_ids)
@@ -70,7 +64,7 @@ async def test_create_a_box_from_the_form(tmp_path):
     workspace = tmp_path / "ws"
     workspace.mkdir()
     async with app.run_test(size=(120, 40), message_hook=recorded.append) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("n")
         assert isinstance(app.screen, NewBoxScreen)
         form = app.screen
@@ -101,7 +95,7 @@ async def test_a_refused_create_is_reported_with_its_field(tmp_path):
     fake, app = _app(tmp_path)
     fake.create_error = DaemonError("invalid_settings", "not a directory", 400, field="workspace")
     async with app.run_test(size=(120, 40), notifications=True) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("n")
         await pilot.press("ctrl+s")
         await wait_until(pilot, lambda: any("field workspace" in n.message for n in app._notifications))
@@ -111,7 +105,7 @@ async def test_exec_shows_output_and_its_event(tmp_path):
     recorded: list = []
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 40), message_hook=recorded.append) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("e")
         panel = app.screen.query_one(ExecPanel)
         assert panel.has_class("-open")
@@ -130,7 +124,7 @@ async def test_ctrl_c_interrupts_the_running_exec(tmp_path):
     recorded: list = []
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 40), message_hook=recorded.append) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("e", *"sleep 100", "enter")
         await wait_until(pilot, lambda: app.screen.query_one(ExecPanel).running and fake.exec_calls
                          and fake.exec_calls[0].argv == ["sleep", "100"])
@@ -143,7 +137,7 @@ async def test_ctrl_c_interrupts_the_running_exec(tmp_path):
 async def test_stop_asks_first_and_no_or_escape_do_not_stop(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         for refuse in ("n", "escape", "enter"):  # enter presses the focused safe button
             await pilot.press("x")
             assert isinstance(app.screen, ConfirmModal)
@@ -160,7 +154,7 @@ async def test_stop_asks_first_and_no_or_escape_do_not_stop(tmp_path):
 async def test_remove_asks_first_then_removes_the_row(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("j")  # second box
         assert app.state.selected_box_id == "b2"
         await pilot.press("d")
@@ -173,7 +167,7 @@ async def test_remove_asks_first_then_removes_the_row(tmp_path):
 async def test_filter_by_box_kind_and_text(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         fake.live.put_nowait(make_event(1, "b1", "exec.started", command="make test"))
         fake.live.put_nowait(make_event(2, "b2", "box.stopped"))
         fake.live.put_nowait(make_event(3, "b1", "exec.denied", command="curl evil"))
@@ -195,7 +189,7 @@ async def test_filter_by_box_kind_and_text(tmp_path):
 async def test_scrolling_up_pauses_counts_new_and_f_resumes(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         for seq in range(1, 61):
             fake.live.put_nowait(make_event(seq))
         await wait_until(pilot, lambda: app.state.last_seq == 60)
@@ -219,7 +213,7 @@ async def test_scrolling_up_pauses_counts_new_and_f_resumes(tmp_path):
 async def test_command_mode_aliases(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("colon", *"box batch-jobs", "enter")
         assert app.state.selected_box_id == "b2"
         await pilot.press("colon", *"events", "enter")
@@ -238,7 +232,7 @@ async def test_command_mode_aliases(tmp_path):
 async def test_help_lists_every_binding_of_the_current_screen(tmp_path):
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         main_ids = {active.binding.id for active in app.screen.active_bindings.values() if active.binding.id}
         await pilot.press("question_mark")
         assert isinstance(app.screen, HelpScreen)
@@ -252,7 +246,7 @@ async def test_help_lists_every_binding_of_the_current_screen(tmp_path):
 async def test_palette_offers_box_commands_only_with_a_selection_and_every_theme(tmp_path):
     fake, app = _app(tmp_path, FakeDaemonClient([]))
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         titles = [command.title for command in app.get_system_commands(app.screen)]
         assert "box: Stop" not in titles and "box: New" in titles
         assert {"theme: tkbox-dark", "theme: tkbox-light", "theme: tkbox-high-contrast"} <= set(titles)
@@ -268,7 +262,7 @@ async def test_reconnect_resumes_from_the_last_seq_without_gap_or_duplicate(tmp_
     fake, app = _app(tmp_path)
     fake.unreachable_times = 1  # the daemon is not there at first
     async with app.run_test(size=(120, 36), message_hook=recorded.append) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         for seq in range(1, 6):
             fake.live.put_nowait(make_event(seq))
         fake.live.put_nowait(DROP_STREAM)  # daemon restart mid-way
@@ -300,7 +294,7 @@ async def test_shell_without_pty_support_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(shell, "exec_supports_tty", lambda: False)
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("s")
         await wait_until(pilot, lambda: any(shell.NO_PTY_MESSAGE in n.message for n in app._notifications))
 
@@ -310,7 +304,7 @@ async def test_keys_typed_ahead_of_the_confirm_never_land_on_yes(tmp_path):
 
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 40)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         for key, character in (("d", "d"), ("space", " "), ("enter", "\r")):  # all queued before any is handled
             app.post_message(events.Key(key, character))
         await wait_until(pilot, lambda: not isinstance(app.screen, ConfirmModal))
@@ -330,7 +324,7 @@ async def test_a_render_tick_while_the_widgets_are_gone_draws_nothing_and_keeps_
     # On exit Textual removes the screen's widgets while the app's render timer can still tick.
     fake, app = _app(tmp_path)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await app.main_screen.query_one(BoxTable).remove()
         app._render_dirty = True
         await app._render_if_dirty()  # no crash: there is nothing to draw into

@@ -13,6 +13,7 @@ from tests.console_fakes import (
     make_box,
     make_event,
     quiet_settings,
+    until_table_drawn,
     wait_until,
 )
 from tkbox_tui.console.app import make_app
@@ -22,13 +23,6 @@ from tkbox_tui.console.widgets import BoxTable, EventLog
 
 def _app(tmp_path: Path, fake: FakeDaemonClient):
     return make_app(fake, settings=quiet_settings(tmp_path / "config"), clock=fixed_clock)
-
-
-async def _started(app, pilot) -> None:
-    """Connected, following events, and the box table drawn from the first box list (the render timer draws it,
-    which on a loaded machine may fire after the connection is up)."""
-    await wait_until(pilot, lambda: app.state.connected and app.client.stream_opened.is_set()
-                     and set(app.main_screen.query_one(BoxTable).box_ids) == set(app.state.boxes))
 
 
 def _three_lives_of_demo() -> FakeDaemonClient:
@@ -46,7 +40,7 @@ async def test_a_console_started_after_restarts_shows_no_ghost_rows(tmp_path):
     fake = _three_lives_of_demo()
     app = _app(tmp_path, fake)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await wait_until(pilot, lambda: app.state.last_seq == 8)
         await pilot.pause()
         table = app.screen.query_one(BoxTable)
@@ -60,7 +54,7 @@ async def test_after_a_reconnect_the_table_is_the_daemons_list_and_replayed_even
     fake = FakeDaemonClient([make_box("b1", "web"), make_box("b2", "batch", "stopped")])
     app = _app(tmp_path, fake)
     async with app.run_test(size=(120, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         fake.live.put_nowait(make_event(1, "b1", "exec.started"))
         await wait_until(pilot, lambda: app.state.last_seq == 1)
         # the daemon restarts: a box made just before it died never reached this console, and the new daemon
@@ -81,7 +75,7 @@ async def test_a_removed_box_keeps_its_name_in_the_event_log(tmp_path):
     fake = FakeDaemonClient([make_box("b1", "web-api")])
     app = _app(tmp_path, fake)
     async with app.run_test(size=(160, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         fake.live.put_nowait(make_event(1, "b1", "exec.finished", exit_code=0))
         fake.live.put_nowait(make_event(2, "b1", "box.removed", state="removed"))
         table = app.screen.query_one(BoxTable)
@@ -97,7 +91,7 @@ async def test_stop_on_a_lost_box_says_why_not_and_asks_the_daemon_nothing(tmp_p
     fake = FakeDaemonClient([make_box("b1", "web", "lost", reason="the daemon ended while the box was running")])
     app = _app(tmp_path, fake)
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("x")
         await pilot.pause()
         assert not isinstance(app.screen, ConfirmModal)
@@ -111,7 +105,7 @@ async def test_remove_on_a_lost_box_says_what_removing_it_does_then_removes_it(t
     fake = FakeDaemonClient([make_box("b1", "web", "lost")])
     app = _app(tmp_path, fake)
     async with app.run_test(size=(160, 36)) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         await pilot.press("d")
         assert isinstance(app.screen, ConfirmModal)
         question = " ".join(str(app.screen.query_one("#confirm-question").render()).split())
@@ -125,7 +119,7 @@ async def test_a_row_the_daemon_no_longer_knows_goes_when_an_action_finds_it_gon
     fake = FakeDaemonClient([make_box("b1", "demo", "stopped")])
     app = _app(tmp_path, fake)
     async with app.run_test(size=(120, 36), notifications=True) as pilot:
-        await _started(app, pilot)
+        await until_table_drawn(app, pilot)
         fake.box_list = []  # forgotten by the daemon while the console still shows it
         await pilot.press("d", "y")
         await wait_until(pilot, lambda: "b1" not in app.screen.query_one(BoxTable).box_ids)
