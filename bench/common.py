@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import resource
 import statistics
 import subprocess
 import sys
@@ -26,6 +27,19 @@ def machine() -> str:
     except OSError:
         pass
     return f"{model}, {os.cpu_count()} cores, Python {platform.python_version()}, {platform.system()} {platform.release()}"
+
+
+def cpu_seconds(who: int = resource.RUSAGE_SELF) -> float:
+    """CPU seconds (user + system) of this process, or with ``resource.RUSAGE_CHILDREN`` of the children it has
+    waited for."""
+    usage = resource.getrusage(who)
+    return usage.ru_utime + usage.ru_stime
+
+
+def process_cpu(pid: int) -> float:
+    """CPU seconds (user + system) that process ``pid`` has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def cpu_jiffies() -> tuple[int, int]:

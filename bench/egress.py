@@ -25,7 +25,6 @@ import datetime
 import json
 import os
 import pstats
-import resource
 import shutil
 import socket
 import statistics
@@ -41,7 +40,7 @@ from typing import Any
 
 BENCH = Path(__file__).resolve().parent
 sys.path.insert(0, str(BENCH))
-from common import Steal, machine, signer_process  # noqa: E402
+from common import Steal, cpu_seconds, machine, signer_process  # noqa: E402
 
 from tkbox_daemon import limits  # noqa: E402
 from tkbox_daemon.boxes.egress_listener import EgressListener  # noqa: E402
@@ -224,11 +223,6 @@ class Rate:
                  f"{len(self.steal)} rounds with steal < {QUIET_STEAL:.0%}" if self.quiet_ratios else
                  f"no round with steal < {QUIET_STEAL:.0%}")
         return f"steal {min(shares):.0%}-{max(shares):.0%}; {quiet}"
-
-
-def cpu_seconds() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
 
 
 async def throughput(peers: Peers, unix: str, mib: int, rounds: int) -> list[Rate]:

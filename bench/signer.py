@@ -10,7 +10,6 @@ import argparse
 import asyncio
 import json
 import multiprocessing
-import os
 import resource
 import socket
 import sys
@@ -20,7 +19,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from common import Steal, machine, median_ms, signer_process  # noqa: E402
+from common import Steal, cpu_seconds, machine, median_ms, process_cpu, signer_process  # noqa: E402
 from signer_floor import decision_floor, report  # noqa: E402
 
 from tkbox_daemon.signer.client import SignerClient, new_request_id  # noqa: E402
@@ -74,18 +73,6 @@ def decide_latency(socket_path: Path, samples: int) -> float:
             client.call("decide", request_id=new_request_id(), **token, tool="Bash", args={"command": f"ls -la {n}"})
             times.append(time.perf_counter() - start)
     return median_ms(times)
-
-
-def process_cpu(pid: int) -> float:
-    """CPU seconds (user + system) that process ``pid`` has used, from /proc."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def children_cpu() -> float:
-    """CPU seconds of this process's children that have been waited for (the bench's client processes)."""
-    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-    return usage.ru_utime + usage.ru_stime
 
 
 def _client_worker(socket_path: str, count: int, barrier: multiprocessing.Barrier, result: multiprocessing.Queue) -> None:
@@ -195,11 +182,12 @@ def main() -> int:
         decide_ms = decide_latency(paths.socket, args.latency_samples)
         with SignerClient(paths.socket) as client:
             signer_pid = client.call("hello")["pid"]
-        signer_before, clients_before, stolen = process_cpu(signer_pid), children_cpu(), Steal().start()
+        signer_before, stolen = process_cpu(signer_pid), Steal().start()
+        clients_before = cpu_seconds(resource.RUSAGE_CHILDREN)  # the client processes, once waited for
         throughput = durable_throughput(paths.socket, args.decisions, args.clients)
         stolen.stop()
         signer_cpu = (process_cpu(signer_pid) - signer_before) / args.decisions * 1e6
-        clients_cpu = (children_cpu() - clients_before) / args.decisions * 1e6
+        clients_cpu = (cpu_seconds(resource.RUSAGE_CHILDREN) - clients_before) / args.decisions * 1e6
     print(f"decide latency (durable, sequential): median {decide_ms:.3f} ms; bare NDJSON echo {echo_ms:.3f} ms; "
           f"ratio {decide_ms / echo_ms:.1f}x")
     print(f"durable decisions/s ({args.clients} clients, window {WINDOW}): {throughput:,.0f} (goal >= 5,000, issue 14); "
