@@ -259,8 +259,8 @@ class Renderer:
 
     def _command(self, command: Command) -> tuple[list[str], list[str], str, tuple[str, ...],
                                                    list[tuple[str, str, str]]]:
-        """(resolved argv, stripped argv, the program as written once wrappers are gone, redirections as
-        (fd, operator, target)) of a simple command; tracks assignments."""
+        """(resolved argv, stripped argv, the program as written once wrappers are gone, the wrappers written as
+        paths, redirections as (fd, operator, target)) of a simple command; tracks assignments."""
         fields: list[str] = []
         assignments: list[tuple[str, str]] = []
         head_seen = False
