@@ -68,7 +68,7 @@ class BenchEgress(BoxEgress):
 
     def check(self, address: Address) -> str | None:
         refusal = super().check(address)  # the real check's cost stays in every measure
-        return None if address.is_loopback else (refusal or "not loopback: the bench reaches nothing else")
+        return None if address.is_loopback else (refusal or "is not loopback: the bench reaches nothing else")
 
     async def dial(self, address: Address, port: int) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
         assert address.is_loopback, address

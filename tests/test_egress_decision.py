@@ -17,7 +17,7 @@ ALLOW, ASK, DENY = SignerVerdict("allow"), SignerVerdict("ask", ("TK-X",), "why"
 
 
 def check(address):
-    return "a private address (RFC 1918)" if address.is_private else None
+    return "is a private address (RFC 1918)" if address.is_private else None
 
 
 def flow(*, listed=True, literal=None, inspect_all=False, host="pypi.org", port=443):

@@ -49,7 +49,7 @@ class FakeContext:
         return (str(target.host), target.port) in self.raw_ports
 
     def check(self, address):
-        return "private" if address.is_private else None
+        return "is private" if address.is_private else None
 
     async def resolve(self, name, port):
         self.resolved.append(name)

@@ -96,9 +96,9 @@ class BoxEgress:
         try:
             own = self.host_addresses.current()
         except HostAddressesUnreadable as exc:
-            return f"not checkable against the host's own addresses ({exc})"
+            return f"is not checkable against the host's own addresses ({exc})"
         refusal = classify(address, extra_blocked=self.extra_blocked, host_addresses=own)
-        return None if refusal is None else refusal.what
+        return None if refusal is None else refusal.predicate
 
     async def resolve(self, name: str, port: int) -> list[Address]:
         pins = pinned(self.box.settings.resolve, name)

@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
-AddressCheck = Callable[[Address], "str | None"]  # why the address is refused, or None
+AddressCheck = Callable[[Address], "str | None"]  # None, or why it is refused: a predicate ("is in ...", "carries ...")
 
 
 @dataclass(frozen=True)
@@ -137,7 +137,7 @@ class DecisionFlow:
             why = self.check(address)
             if why is not None:
                 shown = self.host if str(address) == self.host else f"{self.host} ({address})"
-                return Refuse("egress-address", f"{shown} is {why}: boxes never reach it",
+                return Refuse("egress-address", f"{shown} {why}: boxes never reach it",
                               "nothing to allow: the proxy refuses these addresses whatever the allowlist says",
                               before_signer=before_signer)
         return None

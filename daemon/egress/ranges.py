@@ -159,10 +159,16 @@ class Refusal:
 
     @property
     def what(self) -> str:
-        subject = str(self.given) if not self.how else f"{self.given} carries {self.address} ({self.how}), which"
+        """The refusal as a sentence about ``given``."""
+        return f"{self.given} {self.predicate}"
+
+    @property
+    def predicate(self) -> str:
+        """The same without its subject: ``is in NETWORK: NAME`` or ``carries ADDRESS (HOW), which is in ...``."""
+        carries = f"carries {self.address} ({self.how}), which " if self.how else ""
         where = f"in {self.network}: " if self.network is not None else ""
         source = f" ({self.source})" if self.source else ""
-        return f"{subject} is {where}{self.name}{source}"
+        return f"{carries}is {where}{self.name}{source}"
 
     def error(self) -> EgressRefused:
         return EgressRefused(self.rule, self.what)

@@ -1,0 +1,42 @@
+"""What a box's client reads when the proxy refuses an address, through the daemon's real API and proxy (in process,
+real signer, the unisolated test backend; this test connects to the box's egress socket in place of the guest):
+the reason is one sentence that names the address once, says where it sits, and never repeats its subject."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+
+import pytest
+
+from tests.daemon_harness import make_workspace, running_daemon
+
+WAIT = 30.0
+METADATA = ("169.254.169.254 is in 169.254.169.254/32: instance metadata: AWS, GCP (metadata.google.internal), "
+            "Azure,")
+
+
+async def _refusal(box, authority: str) -> str:
+    """The ``reason:`` line of the 403 a CONNECT to ``authority`` gets."""
+    box.egress.box_uid = os.getuid()  # this test connects in place of the guest
+    reader, writer = await asyncio.open_unix_connection(str(box.egress.path))
+    writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
+    answer = (await asyncio.wait_for(reader.read(65536), WAIT)).decode()
+    writer.close()
+    assert answer.startswith("HTTP/1.1 403") and "rule: egress-address" in answer, answer
+    return next(line for line in answer.splitlines() if line.startswith("reason: ")).removeprefix("reason: ")
+
+
+@pytest.mark.parametrize(("authority", "begins"), [
+    ("169.254.169.254:443", METADATA),
+    ("[::ffff:169.254.169.254]:443", "::ffff:a9fe:a9fe carries 169.254.169.254 (IPv4-mapped), which " + METADATA[16:]),
+    ("docs.example:443", "docs.example (203.0.113.9) is in 203.0.113.0/24: "),
+])
+async def test_an_address_refusal_names_the_address_once_and_where_it_is(tmp_path, authority, begins):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path)),
+                                 "allow": ["docs.example"], "resolve": {"docs.example": ["203.0.113.9"]}})
+        reason = await _refusal(daemon.manager.get("t1"), authority)
+    assert reason.startswith(begins), reason
+    assert reason.endswith(": boxes never reach it")
+    assert reason.count(" is in ") == 1, reason  # the address is placed once, not "A is A is in ..."
