@@ -56,7 +56,8 @@ def make_workspace(base: Path) -> Path:
 
 @asynccontextmanager
 async def running_daemon(base: Path, *, backend: BoxBackend | None = None, unrecorded: bool = False,
-                         max_boxes: int = 8, start_ahead: int = 0) -> AsyncIterator[RunningDaemon]:
+                         max_boxes: int = 8, start_ahead: int = 0,
+                         egress_block: tuple[str, ...] = ()) -> AsyncIterator[RunningDaemon]:
     runtime = Path(f"/tmp/tkd-{os.getpid()}-{abs(hash(str(base))) % 10**8}")
     paths = DaemonPaths(runtime, base / "daemon-state", uid_registry=base / "uids")  # not the host-wide one
     backend = backend or FakeBackend(i_understand_this_is_not_isolated=True)
@@ -67,7 +68,8 @@ async def running_daemon(base: Path, *, backend: BoxBackend | None = None, unrec
             yield daemon
         return
     async with running_signer(base) as signer:
-        config = DaemonConfig(paths, signer.paths, max_boxes=max_boxes, pool_size=start_ahead)
+        config = DaemonConfig(paths, signer.paths, max_boxes=max_boxes, pool_size=start_ahead,
+                              egress_block=egress_block)
         async with _serve(config, backend, signer) as daemon:
             yield daemon
 

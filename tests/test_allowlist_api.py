@@ -44,19 +44,19 @@ def _commits(daemon: Any, observed: dict[str, Any], value: Any) -> bool:
 async def test_a_box_starts_with_its_settings_list_and_says_so(tmp_path):
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         info = await _create(client, tmp_path, allow=["preset:pypi", "Example.com:8443", "preset:go-proxy"],
-                             resolve={"up.test": ["192.0.2.7"]})
+                             resolve={"up.test": ["93.184.216.7"]})
         entries = ["pypi.org", "files.pythonhosted.org", "example.com:8443", "proxy.golang.org", "sum.golang.org"]
         assert info.allow == entries and info.allow_presets == ["pypi", "go-proxy"]
-        assert info.resolve == {"up.test": ["192.0.2.7"]}
+        assert info.resolve == {"up.test": ["93.184.216.7"]}
         assert await client.allowlist("t1") == AllowlistInfo(info.id, "t1", "running", tuple(entries),
-                                                             ("pypi", "go-proxy"), {"up.test": ["192.0.2.7"]})
+                                                             ("pypi", "go-proxy"), {"up.test": ["93.184.216.7"]})
         [start] = [e for e in await client.stored_events(box="t1") if e.kind == "egress.allowlist"]
         assert start.data["action"] == "start" and start.data["entries"] == entries
         assert start.data["notes"][0].startswith("WARNING preset:go-proxy: ")
         [box_record] = await _observed(daemon, info.run_id, "tkbox.box")
         settings = daemon.manager.get("t1").settings
         assert _commits(daemon, box_record, {"box_id": info.id, **settings.public()})
-        assert settings.public()["allow"] == entries and settings.public()["resolve"] == {"up.test": ["192.0.2.7"]}
+        assert settings.public()["allow"] == entries and settings.public()["resolve"] == {"up.test": ["93.184.216.7"]}
         box = daemon.manager.get("t1")
         assert box.egress_allowlist.match("pypi.org", 443, "https") is not None
 

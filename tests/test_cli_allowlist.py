@@ -25,7 +25,7 @@ async def daemon(tmp_path, monkeypatch):
     async with running_daemon(tmp_path) as running, running.client() as client:
         monkeypatch.setenv("TKBOX_DAEMON_RUNTIME_DIR", str(running.config.paths.runtime_dir))
         await client.create_box({"name": "web", "workspace": str(make_workspace(tmp_path)),
-                                 "allow": ["preset:pypi", "*.example.com"], "resolve": {"up.test": "192.0.2.7"}})
+                                 "allow": ["preset:pypi", "*.example.com"], "resolve": {"up.test": "93.184.216.7"}})
         yield running
 
 
@@ -45,12 +45,12 @@ async def test_allowlist_shows_each_entry_with_what_it_lets_through(daemon, caps
         "  files.pythonhosted.org  HTTPS on 443, HTTP on 80",
         "  *.example.com           every name under example.com: HTTPS on 443, HTTP on 80",
         "presets named when it started: pypi",
-        "pinned: up.test -> 192.0.2.7"]
+        "pinned: up.test -> 93.184.216.7"]
     status, out, _ = await run(capsys, "allowlist", "web", "--json")
     assert status == 0 and json.loads(out) == {
         "box_id": daemon.manager.get("web").id, "box_name": "web", "state": "running",
         "entries": ["pypi.org", "files.pythonhosted.org", "*.example.com"], "presets": ["pypi"],
-        "resolve": {"up.test": ["192.0.2.7"]}}
+        "resolve": {"up.test": ["93.184.216.7"]}}
 
 
 async def test_allow_says_what_it_added_and_the_box_reads_it_next(daemon, capsys):
@@ -118,7 +118,7 @@ async def test_run_prints_the_list_it_starts_with_presets_warnings_and_pins(daem
     workspace.mkdir()
     status, out, err = await run(capsys, "run", "--name", "go", "--workspace", str(workspace), "--allow",
                                  "preset:go-proxy", "--allow", "Example.org:8443", "--resolve",
-                                 "up.test=192.0.2.7,[2001:db8::7]")
+                                 "up.test=93.184.216.7,[2606:2800:220:1::7]")
     assert (status, err) == (0, "")
     lines = out.splitlines()
     assert lines[2:5] == ["  allow: proxy.golang.org, sum.golang.org, example.org:8443",
@@ -127,7 +127,7 @@ async def test_run_prints_the_list_it_starts_with_presets_warnings_and_pins(daem
                           "box's behalf: allowing it lets code from anywhere into the box, and every module path the "
                           "box asks for (which can carry data) out to the proxy. Prefer vendored modules (go mod "
                           "vendor) or a module mirror you run"]
-    assert lines[5] == "  pinned: up.test -> 192.0.2.7, 2001:db8::7"
+    assert lines[5] == "  pinned: up.test -> 93.184.216.7, 2606:2800:220:1::7"
     status, out, err = await run(capsys, "run", "--name", "bad", "--workspace", str(workspace), "--allow", "127.1")
     assert status == 2 and err.startswith("tkbox run: allow: entry 1 '127.1': the entry '127.1' ends in a number")
     assert daemon.manager.get("go") and [box.name for box in daemon.manager.list()] == ["web", "go"]

@@ -277,17 +277,17 @@ def test_replay_names_the_attempts_kept_in_by_the_list_that_the_new_list_admits(
 # ---- pins and settings ------------------------------------------------------------------------------------------
 
 def test_pins_are_read_strictly_from_flags_or_a_mapping():
-    assert parse_pins(["Up.test=192.0.2.1,[2001:db8::1]", "up.test=192.0.2.1"]) == {
-        "up.test": ("192.0.2.1", "2001:db8::1")}
-    assert parse_pins({"up.test": "192.0.2.1", "down.test": ["::ffff:192.0.2.2"]}) == {
-        "up.test": ("192.0.2.1",), "down.test": ("::ffff:192.0.2.2",)}
-    assert pinned({"up.test": ("192.0.2.1",)}, "up.test") == [IPv4Address("192.0.2.1")]
-    assert pinned({"up.test": ("192.0.2.1",)}, "other.test") is None
+    assert parse_pins(["Up.test=93.184.216.1,[2606:2800:220:1::1]", "up.test=93.184.216.1"]) == {
+        "up.test": ("93.184.216.1", "2606:2800:220:1::1")}
+    assert parse_pins({"up.test": "93.184.216.1", "down.test": ["2606:2800:220:1::2"]}) == {
+        "up.test": ("93.184.216.1",), "down.test": ("2606:2800:220:1::2",)}
+    assert pinned({"up.test": ("93.184.216.1",)}, "up.test") == [IPv4Address("93.184.216.1")]
+    assert pinned({"up.test": ("93.184.216.1",)}, "other.test") is None
 
 
-@pytest.mark.parametrize("value", [["up.test"], ["up.test=010.0.0.1"], ["up.test=127.1"], ["*.up.test=192.0.2.1"],
-                                   ["up.test:80=192.0.2.1"], ["up=192.0.2.1"], ["up.test=fe80::1%eth0"],
-                                   {"up.test": []}, {"up.test": 3}, "up.test=192.0.2.1"])
+@pytest.mark.parametrize("value", [["up.test"], ["up.test=010.0.0.1"], ["up.test=127.1"], ["*.up.test=93.184.216.1"],
+                                   ["up.test:80=93.184.216.1"], ["up=93.184.216.1"], ["up.test=fe80::1%eth0"],
+                                   {"up.test": []}, {"up.test": 3}, "up.test=93.184.216.1"])
 def test_a_wrong_pin_is_refused(value):
     with pytest.raises(PinError):
         parse_pins(value)
@@ -295,18 +295,18 @@ def test_a_wrong_pin_is_refused(value):
 
 def test_pins_are_bounded():
     with pytest.raises(PinError) as raised:
-        parse_pins({"up.test": [f"192.0.2.{n}" for n in range(limits.RESOLVE_ADDRESSES.default + 1)]})
+        parse_pins({"up.test": [f"93.184.216.{n}" for n in range(limits.RESOLVE_ADDRESSES.default + 1)]})
     assert "resolve_addresses" in str(raised.value)
 
 
 def test_box_settings_take_allow_with_presets_and_resolve(tmp_path):
     settings = parse_settings({"workspace": str(tmp_path), "allow": ["preset:npm", "Example.com:8443"],
-                               "resolve": ["up.test=192.0.2.1"]}, default_name="b", environ={})
+                               "resolve": ["up.test=93.184.216.1"]}, default_name="b", environ={})
     assert settings.allow == ("registry.npmjs.org", "example.com:8443") and settings.allow_presets == ("npm",)
-    assert settings.resolve == {"up.test": ("192.0.2.1",)}
+    assert settings.resolve == {"up.test": ("93.184.216.1",)}
     public = settings.public()
     assert public["allow"] == ["registry.npmjs.org", "example.com:8443"] and public["allow_presets"] == ["npm"]
-    assert public["resolve"] == {"up.test": ["192.0.2.1"]}
+    assert public["resolve"] == {"up.test": ["93.184.216.1"]}
 
 
 @pytest.mark.parametrize(("raw", "field", "words"), [

@@ -30,12 +30,12 @@ async def _refusal(box, authority: str) -> str:
 @pytest.mark.parametrize(("authority", "begins"), [
     ("169.254.169.254:443", METADATA),
     ("[::ffff:169.254.169.254]:443", "::ffff:a9fe:a9fe carries 169.254.169.254 (IPv4-mapped), which " + METADATA[16:]),
-    ("docs.example:443", "docs.example (203.0.113.9) is in 203.0.113.0/24: "),
+    ("docs.example:443", "docs.example (93.184.216.9) is in 93.184.216.0/24: blocked by the operator"),
 ])
 async def test_an_address_refusal_names_the_address_once_and_where_it_is(tmp_path, authority, begins):
-    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+    async with running_daemon(tmp_path, egress_block=("93.184.216.0/24",)) as daemon, daemon.client() as client:
         await client.create_box({"name": "t1", "workspace": str(make_workspace(tmp_path)),
-                                 "allow": ["docs.example"], "resolve": {"docs.example": ["203.0.113.9"]}})
+                                 "allow": ["docs.example"], "resolve": {"docs.example": ["93.184.216.9"]}})
         reason = await _refusal(daemon.manager.get("t1"), authority)
     assert reason.startswith(begins), reason
     assert reason.endswith(": boxes never reach it")

@@ -23,7 +23,7 @@ import yaml
 
 from .. import limits
 from ..box.disk import SMALLEST_DISK
-from ..egress.allowlist import Allowlist, EntryError
+from ..egress.allowlist import Allowlist, EntryError, refused_address
 from ..egress.pins import PinError, parse_pins
 from ..egress.presets import UnknownPreset, expand
 
@@ -164,9 +164,13 @@ def _parse_allow(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
         raise SettingsError("allow", "a list of hosts: host, host:port, *.host, an IP address or preset:NAME")
     try:
         texts, presets = expand(value)
-        return tuple(Allowlist.parse(texts).texts()), presets
+        allowlist = Allowlist.parse(texts)
     except (EntryError, UnknownPreset) as exc:
         raise SettingsError("allow", str(exc)) from None
+    for entry in allowlist.entries:
+        if (refused := refused_address(entry)) is not None:
+            raise SettingsError("allow", refused)
+    return tuple(allowlist.texts()), presets
 
 
 def _as_list(field_name: str, value: Any) -> list[Any]:

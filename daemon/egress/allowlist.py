@@ -8,7 +8,9 @@ Entries, as written in ``--allow``, ``allow:`` in tkbox.yaml and ``tkbox allow``
   ``*.host:port`` the same names on that port only. ``*.`` needs at least two labels after it (``*.com`` is
   refused) and is only ever the whole first label;
 - an IP literal: ``93.184.216.34`` (four decimal numbers 0-255, no leading zeros: no octal, hex or short forms)
-  or ``[2001:db8::1]`` (brackets always; printed in RFC 5952 form), with an optional ``:port``;
+  or ``[2606:2800:220:1::1]`` (brackets always; printed in RFC 5952 form), with an optional ``:port``;
+  An allow entry for an address the proxy refuses whatever the list says (``ranges``: private, loopback,
+  documentation, metadata, ...) is refused when it is added (``refused_address``): it could let nothing through;
 - ``!`` before any of them: a *block* (written by ``tkbox block`` when a wider entry still covers the host). A
   block wins over every allow entry, and a block without a port covers every port of its names.
 
@@ -36,10 +38,11 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from ipaddress import IPv4Address, IPv6Address
+from ipaddress import IPv4Address, IPv6Address, ip_address
 
 from ..limits import ALLOWLIST_ENTRIES
 from .hostnames import Host, parse_host
+from .ranges import classify
 from .refusals import EgressRefused, shown
 from .target import ipv6_text
 
@@ -103,6 +106,19 @@ class Entry:
     def specificity(self) -> tuple[int, int, int]:
         """Higher is narrower: an exact name over a wildcard, a longer base over a shorter one, a port over none."""
         return (0 if self.wildcard else 1, self.host.count("."), 0 if self.port is None else 1)
+
+
+def refused_address(entry: Entry) -> str | None:
+    """Why an allow entry for an address could never let anything through (its address is in a range the proxy
+    refuses whatever the list says), or None. Names are checked when they are resolved, and a block is never
+    refused."""
+    if entry.block or entry.kind == "name":
+        return None
+    refusal = classify(ip_address(entry.host))
+    if refusal is None:
+        return None
+    return (f"the entry {entry.text} would let nothing through: {refusal.what}, and the proxy refuses it whatever "
+            "the allowlist says; allow the host by a name or an address it can reach")
 
 
 def normalise_name(text: str, *, where: str = "the entry") -> str:

@@ -2,7 +2,9 @@
 table instead of the host's resolver, for air-gapped operators and for tests (sans-IO).
 
 A pin only replaces the lookup: the pinned addresses pass the same address checks as looked-up ones (special
-ranges, the host's own addresses, ``--egress-block``), and a pinned name is allowed or held like any other. Text is
+ranges, the host's own addresses, ``--egress-block``), and a pinned name is allowed or held like any other. A pin
+to an address in a special range the proxy refuses (``ranges``) is refused when it is made: every connection to
+the name would be refused. Text is
 read by the target parser's rules (``hostnames``): a name as allowlist entries write it (no wildcard, no port, no
 IP literal); an IPv4 address as four decimal numbers 0-255 without leading zeros; an IPv6 address with or without
 brackets, without a zone id. Up to
@@ -18,6 +20,7 @@ from typing import Any
 from ..limits import RESOLVE_ADDRESSES, RESOLVE_NAMES
 from .allowlist import EntryError, normalise_name
 from .hostnames import parse_ip_text
+from .ranges import classify
 from .refusals import EgressRefused, shown
 from .target import ipv6_text
 
@@ -77,6 +80,9 @@ def parse_pins(value: Any) -> dict[str, tuple[str, ...]]:
         known = pins.setdefault(name, [])
         for text in addresses:
             address = parse_address(text)
+            if (refusal := classify(address)) is not None:
+                raise PinError(f"the pin {name}={text} would refuse every connection to {name}: {refusal.what}, "
+                               "and the proxy refuses it whatever the allowlist says; pin an address it can reach")
             canonical = ipv6_text(address) if isinstance(address, ipaddress.IPv6Address) else str(address)
             if canonical not in known:
                 known.append(canonical)

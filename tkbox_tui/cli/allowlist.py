@@ -21,7 +21,7 @@ from .report import CliError, CliParser
 ENTRY_PORT = re.compile(r"(.+):([0-9]+)\Z")
 KILL_SWITCH = "nothing is allowed: every connection waits for a person (the kill switch)"
 ENTRY_HELP = ("host (HTTPS on 443, HTTP on 80), host:port (that port only), *.host (the names under host), an IP "
-              "address (192.0.2.10, [2001:db8::1]), or preset:NAME (docs/egress.md lists the presets)")
+              "address (93.184.216.34, [2606:2800:220:1::1]), or preset:NAME (docs/egress.md lists the presets)")
 
 
 def _print_json(value: object) -> None:
