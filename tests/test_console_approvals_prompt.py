@@ -4,6 +4,8 @@ elsewhere moves it on; and it never takes keys the operator is typing (``prompt_
 
 from __future__ import annotations
 
+import pytest
+
 import time
 
 from textual import events
@@ -125,6 +127,23 @@ async def test_x_rejects_with_the_reason_typed_and_esc_on_the_reason_sends_nothi
         await wait_until(pilot, lambda: _answers(fake) == [(A1, "reject", "not on a friday", False)])
         await wait_until(pilot, lambda: isinstance(app.screen, MainScreen))
         assert app.approvals.get(A1).answer_reason == "not on a friday"
+
+
+@pytest.mark.parametrize(("kind", "asked", "refused"), [
+    ("exec", {"command": "sudo true", "cwd": "/workspace", "tty": False}, "the box's command is refused with it"),
+    ("host", {"host": "held.example", "port": 443, "url": "https://held.example:443", "because": "off_list"},
+     "the box's connection is refused with it"),
+    ("write", {"path": "setup.py"}, "the file is not written, and the apply says why"),
+])
+async def test_the_reason_field_says_what_is_refused_with_it_for_each_kind(tmp_path, kind, asked, refused):
+    fake, app, _ = _app(tmp_path)
+    async with app.run_test(size=SIZE) as pilot:
+        await _started(app, pilot)
+        fake.ask(make_approval(kind=kind, asked=asked))
+        await _prompt_up(app, pilot)
+        await pilot.press("x")
+        assert isinstance(app.screen, RejectReasonModal)
+        assert app.screen.query_one("#reject-reason", Input).placeholder == f"reason (optional): {refused}"
 
 
 async def test_A_approves_all_pending_after_asking(tmp_path):

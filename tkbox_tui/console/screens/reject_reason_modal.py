@@ -1,6 +1,7 @@
 """``RejectReasonModal``: ``x`` on the prompt or in the inbox — an optional reason for the rejection, which travels
-back to the box's exec with its refusal (exit 126).  Enter sends the rejection (with or without a reason); Esc
-sends nothing and the approval stays pending.
+back with the refusal to what waited: the box's exec (exit 126), its connection (the proxy's 403) or the file
+write of an apply.  Enter sends the rejection (with or without a reason); Esc sends nothing and the approval stays
+pending.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from ..keymap import bindings_for
 
 REASON_LIMIT = 1024
 """Characters of a reason the daemon takes (``POST /v1/approvals/{id}``)."""
+REFUSED_WITH_IT = {"exec": "the box's command is refused with it", "host": "the box's connection is refused with it",
+                   "write": "the file is not written, and the apply says why"}
+"""What the reason goes back with, per approval kind (``wire.APPROVAL_KINDS``)."""
 
 
 class RejectReasonModal(ModalScreen[str | None]):
@@ -42,7 +46,8 @@ class RejectReasonModal(ModalScreen[str | None]):
     def compose(self) -> ComposeResult:
         with Vertical():
             yield Label(Text(f"Reject {self.approval.id}?\n{summary(self.approval)}"), id="reject-question")
-            reason = Input(placeholder="reason (optional): the box's command is refused with it",
+            refused = REFUSED_WITH_IT.get(self.approval.kind, "what waited for it is refused with it")
+            reason = Input(placeholder=f"reason (optional): {refused}",
                            max_length=REASON_LIMIT, id="reject-reason")
             reason.cursor_blink = self.cursor_blink
             yield reason
