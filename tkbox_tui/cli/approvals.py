@@ -130,7 +130,8 @@ async def _answer(argv: list[str], answer: str) -> int:
                                  "with tkbox forget BOX RULE_ID)")
     else:
         parser.add_argument("--reason", default="", metavar="TEXT",
-                            help="why (up to 1024 characters): the command's caller sees it, and it is recorded")
+                            help="why (up to 1024 characters): whoever waited sees it (the box's command, its "
+                                 "connection's 403, or the apply), and it is recorded")
     parser.add_json("print the answered approval as JSON")
     args = parser.parse_args(argv)
     remember = bool(getattr(args, "remember", False))
