@@ -40,3 +40,28 @@ async def test_an_address_refusal_names_the_address_once_and_where_it_is(tmp_pat
     assert reason.startswith(begins), reason
     assert reason.endswith(": boxes never reach it")
     assert reason.count(" is in ") == 1, reason  # the address is placed once, not "A is A is in ..."
+
+
+async def test_what_to_do_names_the_box_so_the_command_can_be_pasted(tmp_path):
+    async with running_daemon(tmp_path) as daemon, daemon.client() as client:
+        await client.create_box({"name": "strict-1", "workspace": str(make_workspace(tmp_path)), "inspect": "all"})
+        box = daemon.manager.get("strict-1")
+        events = client.events(box="strict-1")
+        box.egress.box_uid = os.getuid()
+        reader, writer = await asyncio.open_unix_connection(str(box.egress.path))
+        writer.write(b"CONNECT other.example:443 HTTP/1.1\r\nHost: other.example:443\r\n\r\n")
+        answer = (await asyncio.wait_for(reader.read(65536), WAIT)).decode()
+        writer.close()
+        async for event in events:
+            if event.kind == "egress.refused":
+                break
+    assert "what to do: allow it with: tkbox allow strict-1 other.example\n" in answer, answer
+    assert event.data["hint"] == "allow it with: tkbox allow strict-1 other.example"
+
+
+def test_only_the_box_placeholder_of_a_tkbox_command_is_filled_in():
+    from tkbox_daemon.egress.proxy import for_box
+
+    assert for_box("tkbox allow BOX HOST:PORT; tkbox block BOX a.example; see tkbox allowlist BOX", "web-1") == (
+        "tkbox allow web-1 HOST:PORT; tkbox block web-1 a.example; see tkbox allowlist web-1")
+    assert for_box("a BOXED answer; tkbox allowBOX; BOX", "web-1") == "a BOXED answer; tkbox allowBOX; BOX"

@@ -29,7 +29,7 @@ from .allowlist import Attempt
 from .decision import Address, Refuse, SignerVerdict
 from .hostaddrs import HostAddresses, HostAddressesUnreadable
 from .pins import pinned
-from .proxy import ClientConnection, Decided
+from .proxy import ClientConnection, Decided, for_box
 from .ranges import IPNetwork, classify
 from .relay import Counts
 from .target import Target
@@ -169,7 +169,8 @@ class BoxEgress:
 
     # ---- records and events ----------------------------------------------------------------------------------
     def refused(self, refusal: Refuse, target: Target | None, detail: dict[str, Any]) -> None:
-        data = {"rule": refusal.rule, "reason": refusal.reason, **({"hint": refusal.hint} if refusal.hint else {}),
+        hint = for_box(refusal.hint, self.box_name) if refusal.hint else ""
+        data = {"rule": refusal.rule, "reason": refusal.reason, **({"hint": hint} if hint else {}),
                 **({"target": target.authority} if target is not None else {}), **detail}
         self.event("egress.refused", data)
         if refusal.before_signer:

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -66,11 +67,20 @@ class ProxyContext(Protocol):
     def event(self, kind: str, data: dict[str, Any]) -> None: ...
 
 
+_BOX_COMMAND = re.compile(r"\btkbox (allow|block|allowlist) BOX\b")
+
+
+def for_box(hint: str, box_name: str) -> str:
+    """A hint's ``tkbox allow BOX …`` (block, allowlist) with the box's own name, ready to paste."""
+    return _BOX_COMMAND.sub(lambda match: f"tkbox {match[1]} {box_name}", hint)
+
+
 def forbidden(box_name: str, refusal: Refuse, status: bytes = b"403 Forbidden") -> bytes:
     """The proxy's one refusal: a 403 (502 when the upstream would not connect) whose body names the door, the rule
-    and what to do."""
+    and what to do (its commands naming this box)."""
+    hint = for_box(refusal.hint, box_name) if refusal.hint else ""
     body = (f"tkbox egress door refused this connection of box {box_name}\nrule: {refusal.rule}\n"
-            f"reason: {refusal.reason}\n" + (f"what to do: {refusal.hint}\n" if refusal.hint else "")).encode(
+            f"reason: {refusal.reason}\n" + (f"what to do: {hint}\n" if hint else "")).encode(
         "ascii", "backslashreplace")
     return (b"HTTP/1.1 " + status + b"\r\nContent-Type: text/plain; charset=us-ascii\r\nConnection: close\r\n"
             b"Content-Length: %d\r\n\r\n" % len(body)) + body
