@@ -4,10 +4,9 @@ elsewhere moves it on; and it never takes keys the operator is typing (``prompt_
 
 from __future__ import annotations
 
-import pytest
-
 import time
 
+import pytest
 from textual import events
 from textual.widgets import Input
 

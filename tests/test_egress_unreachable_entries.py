@@ -16,7 +16,6 @@ from tests.daemon_harness import make_workspace, running_daemon
 from tkbox_daemon.boxes.settings import SettingsError, parse_settings
 from tkbox_daemon.egress.allowlist import parse_entry, refused_address
 from tkbox_daemon.egress.allowlist_edit import ChangeRefused, change
-from tkbox_daemon.egress.pins import PinError, parse_pins
 from tkbox_daemon.egress.ranges import SPECIAL_RANGES, classify
 from tkbox_tui.cli import main as cli
 

@@ -2,8 +2,8 @@
 
 A box's client speaks HTTP/1.1 to the proxy: ``CONNECT host:port`` (a tunnel) or an absolute-form request for
 plain HTTP (``GET http://host/path HTTP/1.1`` with a ``Host`` header that must agree). Nothing else is accepted:
-origin-form requests (a client that thinks the proxy is the server), ``OPTIONS *``, HTTP/1.0 without a Host header,
-``Upgrade``, and any head h11 refuses (bad framing, both ``Content-Length`` and ``Transfer-Encoding``, obsolete line
+origin-form requests (a client that thinks the proxy is the server), ``OPTIONS *``, an absolute-form request
+without exactly one Host header (``proxy.parse_target``), ``Upgrade``, and any head h11 refuses (bad framing, both ``Content-Length`` and ``Transfer-Encoding``, obsolete line
 folding, a head over ``limits.EGRESS_REQUEST_HEAD``). ``RequestHead.feed`` returns None until a whole head has
 arrived; the bytes after the head (a tunnel's first bytes, or an HTTP request's body, which h11 keeps framing for
 the caller) stay in the h11 connection.
@@ -11,6 +11,7 @@ the caller) stay in the h11 connection.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import h11
@@ -64,8 +65,8 @@ class RequestHead:
             event = self.connection.next_event()
         except h11.RemoteProtocolError as exc:
             status = 431 if "exceed" in str(exc) or "too long" in str(exc).lower() else 400
-            raise RequestRefused("egress-bad-request", f"the request is not HTTP/1.1 the proxy can read: {exc}",
-                                 status) from None
+            raise RequestRefused("egress-bad-request", f"the request is not HTTP/1.1 the proxy can read: "
+                                                       f"{_readable(exc)}", status) from None
         if event is h11.NEED_DATA:
             return None
         if isinstance(event, h11.ConnectionClosed) or event is h11.PAUSED:
@@ -77,6 +78,15 @@ class RequestHead:
     def tunnel_bytes(self) -> bytes:
         """The bytes a CONNECT client sent after its head (already read with it): the tunnel's first bytes."""
         return bytes(self.connection.trailing_data[0])
+
+
+_BYTES_REPR = re.compile(r"bytearray\(b(['\"])(.*)\1\)", re.DOTALL)
+
+
+def _readable(exc: h11.RemoteProtocolError) -> str:
+    """h11's message with the client's bytes quoted as escaped text (``'GET \\x00'``), not as a Python
+    ``bytearray(b'...')``: the repr has already escaped every byte that is not printable ASCII."""
+    return _BYTES_REPR.sub(lambda match: f"'{match[2]}'", str(exc))
 
 
 def _checked(event: h11.Request) -> ProxyRequest:
