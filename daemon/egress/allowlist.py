@@ -8,9 +8,9 @@ Entries, as written in ``--allow``, ``allow:`` in tkbox.yaml and ``tkbox allow``
   ``*.host:port`` the same names on that port only. ``*.`` needs at least two labels after it (``*.com`` is
   refused) and is only ever the whole first label;
 - an IP literal: ``93.184.216.34`` (four decimal numbers 0-255, no leading zeros: no octal, hex or short forms)
-  or ``[2606:2800:220:1::1]`` (brackets always; printed in RFC 5952 form), with an optional ``:port``;
-  An allow entry for an address the proxy refuses whatever the list says (``ranges``: private, loopback,
-  documentation, metadata, ...) is refused when it is added (``refused_address``): it could let nothing through;
+  or ``[2606:2800:220:1::1]`` (brackets always; printed in RFC 5952 form), with an optional ``:port``. An allow
+  entry for an address the proxy refuses whatever the list says (``ranges``: private, loopback, documentation,
+  metadata, ...) is refused when it is added (``refused_address``): it could let nothing through;
 - ``!`` before any of them: a *block* (written by ``tkbox block`` when a wider entry still covers the host). A
   block wins over every allow entry, and a block without a port covers every port of its names.
 

@@ -4,11 +4,10 @@ table instead of the host's resolver, for air-gapped operators and for tests (sa
 A pin only replaces the lookup: the pinned addresses pass the same address checks as looked-up ones (special
 ranges, the host's own addresses, ``--egress-block``), and a pinned name is allowed or held like any other. A pin
 to an address in a special range the proxy refuses (``ranges``) is refused when it is made: every connection to
-the name would be refused. Text is
-read by the target parser's rules (``hostnames``): a name as allowlist entries write it (no wildcard, no port, no
-IP literal); an IPv4 address as four decimal numbers 0-255 without leading zeros; an IPv6 address with or without
-brackets, without a zone id. Up to
-``RESOLVE_ADDRESSES`` addresses per name and ``RESOLVE_NAMES`` names per box.
+the name would be refused. Text is read by the target parser's rules (``hostnames``): a name as allowlist entries
+write it (no wildcard, no port, no IP literal); an IPv4 address as four decimal numbers 0-255 without leading
+zeros; an IPv6 address with or without brackets, without a zone id. Up to ``RESOLVE_ADDRESSES`` addresses per
+name and ``RESOLVE_NAMES`` names per box.
 """
 
 from __future__ import annotations
