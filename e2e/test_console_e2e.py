@@ -4,18 +4,15 @@
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
-import time
-import uuid
 
 import pytest
 from textual.widgets import Input, Log
 
+from e2e import terminal
 from e2e.console_pilot import until
 from e2e.daemon_process import daemon_process, make_checkout
-from e2e.signer_process import TKBOX, tkbox, tkbox_json
+from e2e.signer_process import tkbox, tkbox_json
 from tests.console_fakes import quiet_settings
 from tkbox_daemon.config import DaemonPaths
 from tkbox_tui.client import DaemonClient
@@ -25,7 +22,6 @@ from tkbox_tui.console.screens import NewBoxScreen
 from tkbox_tui.console.widgets import BoxTable, EventLog, ExecPanel
 
 pytestmark = pytest.mark.e2e
-TERMINAL_SAMPLE_SECONDS = 0.05  # a terminal's content can only be sampled: no event says it changed
 
 
 async def test_create_exec_stop_and_remove_from_the_console(daemon, tmp_path):
@@ -86,44 +82,21 @@ async def test_reconnect_resumes_from_the_last_sequence(tmp_path):
         tkbox("signer", "down", check=False)
 
 
-def _capture(session: str) -> str:
-    return subprocess.run(["tmux", "capture-pane", "-t", session, "-p"], capture_output=True, text=True,
-                          check=True).stdout
-
-
-def _wait_for_screen(session: str, text: str, timeout: float = 60, absent: str | None = None) -> str:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        screen = _capture(session)
-        if text in screen and (absent is None or absent not in screen):
-            return screen
-        time.sleep(TERMINAL_SAMPLE_SECONDS)
-    raise AssertionError(f"{text!r} never appeared on the terminal:\n{_capture(session)}")
-
-
 def test_tkbox_up_in_a_real_terminal(tmp_path):
-    if not shutil.which("tmux"):
-        pytest.fail("tmux is not installed: run scripts/setup.sh")
-    checkout = make_checkout(tmp_path)
-    session = f"tkbox-{uuid.uuid4().hex[:8]}"
-    done = f"{session}-done"
-    env_words = " ".join(f"{k}={v}" for k, v in os.environ.items()
-                         if k in ("HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"))
-    command = f"cd {checkout} && env {env_words} TERM=xterm-256color {TKBOX} up; tmux wait-for -S {done}"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", "140", "-y", "44", command], check=True)
+    session, done = terminal.start(make_checkout(tmp_path), (140, 44))
     try:
-        screen = _wait_for_screen(session, "box.started")
+        screen = terminal.wait_for_screen(session, "box.started")
         assert "Boxes" in screen and "demo" in screen and "running" in screen
-        subprocess.run(["tmux", "send-keys", "-t", session, "?"], check=True)
-        _wait_for_screen(session, "Keys: Main")
-        subprocess.run(["tmux", "send-keys", "-t", session, "Escape"], check=True)
-        _wait_for_screen(session, "Boxes", absent="Keys: Main")  # an Escape right before a key reads as Alt+key
-        subprocess.run(["tmux", "send-keys", "-t", session, "q"], check=True)
-        subprocess.run(["tmux", "wait-for", done], check=True, timeout=60)  # the console exited
+        terminal.send(session, "?")
+        terminal.wait_for_screen(session, "Keys: Main")
+        terminal.send(session, "Escape")
+        terminal.wait_for_screen(session, "Boxes", absent="Keys: Main")  # an Escape right before a key reads as Alt+key
+        terminal.send(session, "q")
+        terminal.wait_done(done)  # the console exited
         boxes = tkbox_json("ls")
         assert [b["name"] for b in boxes] == ["demo"] and boxes[0]["state"] == "running"  # the daemon lives on
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+        terminal.kill(session)
         tkbox("down", check=False)
         paths = DaemonPaths.from_env()
         for directory in (paths.layers_root, paths.channels_root):

@@ -6,17 +6,15 @@ removed box or for a box of an earlier daemon — both in a console that stayed 
 
 from __future__ import annotations
 
-import os
 import re
 import shutil
 import subprocess
-import uuid
 
 import pytest
 
+from e2e import terminal
 from e2e.daemon_process import events, make_checkout
 from e2e.signer_process import TKBOX, tkbox, tkbox_json
-from e2e.test_console_e2e import _wait_for_screen
 from tkbox_daemon.config import DaemonPaths
 
 pytestmark = pytest.mark.e2e
@@ -29,42 +27,31 @@ def _table_rows(screen: str) -> list[tuple[str, str]]:
     return [(match["name"], match["state"]) for match in ROW.finditer(screen)]
 
 
-def _open_console(session: str, checkout: os.PathLike[str], done: str, size: tuple[int, int]) -> None:
-    env_words = " ".join(f"{k}={v}" for k, v in os.environ.items()
-                         if k in ("HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"))
-    # -u COLUMNS -u LINES: a tmux server started from a test process can hand its panes COLUMNS=80 LINES=24, which
-    # Textual would take over the terminal's real size
-    command = (f"cd {checkout} && env -u COLUMNS -u LINES {env_words} TERM=xterm-256color {TKBOX} up; "
-               f"tmux wait-for -S {done}")
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), command],
-                   check=True)
-
-
 @pytest.mark.parametrize("size", [(180, 48)], ids=["180x48"])  # the other sizes: test_console_tmux_e2e.py
 def test_after_down_and_up_no_ghost_rows_and_the_stopped_box_diff_opens(tmp_path, size):
-    if not shutil.which("tmux"):
-        pytest.fail("tmux is not installed: run scripts/setup.sh")
     checkout = make_checkout(tmp_path)
-    stayed, fresh = (f"tkbox-{uuid.uuid4().hex[:8]}" for _ in range(2))
+    sessions: list[str] = []
     try:
-        _open_console(stayed, checkout, f"{stayed}-done", size)
-        _wait_for_screen(stayed, "box.started")
+        stayed, _ = terminal.start(checkout, size)
+        sessions.append(stayed)
+        terminal.wait_for_screen(stayed, "box.started")
         wrote = subprocess.run([TKBOX, "exec", "demo", "--", "sh", "-c", "echo kept > /workspace/kept.txt"],
                                capture_output=True, timeout=60)
         assert wrote.returncode == 0, wrote.stderr
         tkbox("stop", "demo")
         tkbox("run", "--name", "gone", "--workspace", str(checkout))
         tkbox("rm", "gone")
-        screen = _wait_for_screen(stayed, "box.removed")
+        screen = terminal.wait_for_screen(stayed, "box.removed")
         assert _table_rows(screen) == [("demo", "stopped")], screen
 
         tkbox("down")
-        _wait_for_screen(stayed, "DISCONNECTED")
-        _open_console(fresh, checkout, f"{fresh}-done", size)  # `tkbox up` again: signer, daemon, and a new console
-        _wait_for_screen(fresh, "daemon.started")
+        terminal.wait_for_screen(stayed, "DISCONNECTED")
+        fresh, _ = terminal.start(checkout, size)  # `tkbox up` again: signer, daemon, and a new console
+        sessions.append(fresh)
+        terminal.wait_for_screen(fresh, "daemon.started")
         newest = f"#{events()[-1]['seq']} "  # the new daemon's start: both consoles have caught up with it
-        fresh_screen = _wait_for_screen(fresh, newest)
-        stayed_screen = _wait_for_screen(stayed, newest, absent="DISCONNECTED")
+        fresh_screen = terminal.wait_for_screen(fresh, newest)
+        stayed_screen = terminal.wait_for_screen(stayed, newest, absent="DISCONNECTED")
         assert max(len(line) for line in fresh_screen.splitlines()) == size[0]  # drawn at the terminal's size
         for screen in (fresh_screen, stayed_screen):
             assert _table_rows(screen) == [("demo", "stopped")], screen  # no ghost of gone, no second demo
@@ -73,8 +60,8 @@ def test_after_down_and_up_no_ghost_rows_and_the_stopped_box_diff_opens(tmp_path
         assert "kept.txt" in diff and "+kept" in diff
         assert [box["name"] for box in tkbox_json("ls")] == ["demo"]
     finally:
-        for session in (stayed, fresh):
-            subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+        for session in sessions:
+            terminal.kill(session)
         tkbox("down", check=False)
         paths = DaemonPaths.from_env()
         for directory in (paths.layers_root, paths.channels_root):

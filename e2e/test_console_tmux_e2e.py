@@ -12,20 +12,17 @@ The console across ``tkbox down`` and ``tkbox up`` (no ghost rows, a stopped box
 from __future__ import annotations
 
 import asyncio
-import os
 import re
 import shutil
-import subprocess
-import uuid
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
 
+from e2e import terminal
 from e2e.daemon_process import events, make_checkout
-from e2e.signer_process import TKBOX, tkbox
-from e2e.test_console_e2e import _wait_for_screen
+from e2e.signer_process import tkbox
 from tkbox_daemon.config import DaemonPaths
 from tkbox_tui.client import DaemonClient
 
@@ -36,29 +33,16 @@ SCREENFUL = 60  # more events than the log has rows at 200x50
 EXECS_AT_ONCE = 8
 
 
-def _send(session: str, *keys: str, literal: bool = False) -> None:
-    subprocess.run(["tmux", "send-keys", "-t", session, *(["-l"] if literal else []), *keys], check=True)
-
-
 @contextmanager
 def console_in_tmux(checkout: Path, size: tuple[int, int]) -> Iterator[str]:
     """``tkbox up`` in the checkout, in a new tmux session of ``size``; yields the session name once the demo box
     has started on screen, and afterwards stops the console, the daemon and the signer."""
-    if not shutil.which("tmux"):
-        pytest.fail("tmux is not installed: run scripts/setup.sh")
-    session = f"tkbox-{uuid.uuid4().hex[:8]}"
-    env_words = " ".join(f"{k}={v}" for k, v in os.environ.items()
-                         if k in ("HOME", "XDG_RUNTIME_DIR", "XDG_DATA_HOME", "XDG_STATE_HOME", "XDG_CONFIG_HOME"))
-    # -u COLUMNS -u LINES: a tmux server started from a test process can hand its panes COLUMNS=80 LINES=24, which
-    # Textual would take over the terminal's real size
-    command = f"cd {checkout} && env -u COLUMNS -u LINES {env_words} TERM=xterm-256color {TKBOX} up"
-    subprocess.run(["tmux", "new-session", "-d", "-s", session, "-x", str(size[0]), "-y", str(size[1]), command],
-                   check=True)
+    session, _ = terminal.start(checkout, size)
     try:
-        _wait_for_screen(session, "box.started")
+        terminal.wait_for_screen(session, "box.started")
         yield session
     finally:
-        subprocess.run(["tmux", "kill-session", "-t", session], check=False)
+        terminal.kill(session)
         tkbox("down", check=False)
         paths = DaemonPaths.from_env()
         for directory in (paths.layers_root, paths.channels_root):
@@ -93,28 +77,28 @@ class TestConsoleInTmux:
     def test_tab_moves_the_focus_and_typed_filter_text_is_on_screen(self, tmp_path, size):
         with console_in_tmux(make_checkout(tmp_path), size) as session:
             # the boxes have the focus: n is New box (waited for: a loaded terminal may draw the footer a frame later)
-            assert " n New " in _footer(_wait_for_screen(session, " n New "))
-            _send(session, "Tab")
-            _wait_for_screen(session, " n Next match ")  # the event log has it: n is Next match
-            _send(session, "BTab")
-            _wait_for_screen(session, " n New ")
-            _send(session, "/")
-            _wait_for_screen(session, "box:NAME kind:PREFIX")  # the line is open (its placeholder): type, as a person
-            _send(session, "demo-typed-filter", literal=True)
-            screen = _wait_for_screen(session, "demo-typed-filter")
+            assert " n New " in _footer(terminal.wait_for_screen(session, " n New "))
+            terminal.send(session, "Tab")
+            terminal.wait_for_screen(session, " n Next match ")  # the event log has it: n is Next match
+            terminal.send(session, "BTab")
+            terminal.wait_for_screen(session, " n New ")
+            terminal.send(session, "/")
+            terminal.wait_for_screen(session, "box:NAME kind:PREFIX")  # the line is open (its placeholder): type, as a person
+            terminal.send(session, literal="demo-typed-filter")
+            screen = terminal.wait_for_screen(session, "demo-typed-filter")
             line = next(line for line in screen.splitlines() if "demo-typed-filter" in line)
             assert line.strip() == "demo-typed-filter"  # the / line, one row, shows what was typed
-            _send(session, "Escape")
-            _wait_for_screen(session, " n New ", absent="demo-typed-filter")
+            terminal.send(session, "Escape")
+            terminal.wait_for_screen(session, " n New ", absent="demo-typed-filter")
 
     def test_following_shows_the_newest_event_while_the_exec_panel_is_open(self, tmp_path, size):
         with console_in_tmux(make_checkout(tmp_path), size) as session:
             asyncio.run(_run_execs_until("demo", events()[-1]["seq"] + SCREENFUL))  # the log scrolls to follow
-            _wait_for_screen(session, f"#{events()[-1]['seq']} ")
-            _send(session, "e")  # the panel takes rows from the log, which must still show its newest line
-            _wait_for_screen(session, "exec in demo")
+            terminal.wait_for_screen(session, f"#{events()[-1]['seq']} ")
+            terminal.send(session, "e")  # the panel takes rows from the log, which must still show its newest line
+            terminal.wait_for_screen(session, "exec in demo")
             asyncio.run(_run_execs_until("demo", events()[-1]["seq"] + EVENTS_WHILE_OPEN))
             newest = events()[-1]["seq"]
-            screen = _wait_for_screen(session, f"#{newest} ")
+            screen = terminal.wait_for_screen(session, f"#{newest} ")
             assert re.search(rf"#{newest}\b", screen) and "exec in demo" in screen  # the panel is still open
             assert "FOLLOWING" in screen and "PAUSED" not in screen
