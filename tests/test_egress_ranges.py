@@ -25,7 +25,8 @@ from tkbox_daemon.egress.resolved import check_address, check_resolved
 
 ROOT = Path(__file__).resolve().parents[1]
 
-# Addresses Python 3.11's ipaddress calls global that a box must never reach.
+# Addresses a box must never reach that Python 3.11's ipaddress calls global: all of them in 3.11.7 (pyenv), the
+# rest but 192.0.0.192, 64:ff9b:1::/48 and 6to4 in Debian 12's 3.11.2, which has later fixes backported.
 GLOBAL_TO_PYTHON_BUT_REFUSED = [
     "168.63.129.16",  # Azure WireServer
     "224.0.0.1",  # multicast
@@ -49,9 +50,14 @@ GLOBAL_TO_PYTHON_BUT_REFUSED = [
 
 @pytest.mark.parametrize("text", GLOBAL_TO_PYTHON_BUT_REFUSED)
 def test_where_the_table_is_stricter_than_ipaddress_is_global(text):
-    address = ip_address(text)
-    assert address.is_global, "if Python now agrees, this example no longer shows a difference"
-    assert classify(address) is not None
+    """Refused whatever this Python's ``is_global`` says: the table, not the standard library, decides."""
+    assert classify(ip_address(text)) is not None
+
+
+def test_the_examples_still_show_where_python_differs():
+    """Most of the examples are global to every Python 3.11 tkbox runs on (if none were, they would show nothing)."""
+    global_here = [text for text in GLOBAL_TO_PYTHON_BUT_REFUSED if ip_address(text).is_global]
+    assert len(global_here) >= len(GLOBAL_TO_PYTHON_BUT_REFUSED) - 4, global_here
 
 
 def test_the_table_is_well_formed_and_only_the_nat64_prefix_is_open_inside_a_refused_range():
