@@ -8,6 +8,10 @@ from typing import Any
 
 from .wire_record import field, record
 
+ADDRESS_REFUSED_RULE = "egress-address"
+"""The rule of an ``egress.refused`` event for an address the proxy refuses whatever the allowlist says: no entry
+can let it through (the console says so instead of offering an allow)."""
+
 
 @record(frozen=True)
 class AllowlistInfo:

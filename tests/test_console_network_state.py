@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from tests.console_fakes import make_event
-from tkbox_daemon.wire_egress import AllowlistChangeInfo, AllowlistInfo
+from tkbox_daemon.wire_egress import ADDRESS_REFUSED_RULE, AllowlistChangeInfo, AllowlistInfo
 from tkbox_tui.console.network_state import (
     HOSTS_KEPT,
     RECENT_KEPT,
@@ -86,6 +86,22 @@ def test_the_last_reason_is_the_refusals_with_its_rule_and_hint_and_the_resolver
     assert row.last_reason == ("gone.example.com has no address (egress-no-address); the resolver said: Name or "
                                "service not known")
     assert row.last_hint == "check the name" and row.refused == 1
+
+
+def test_a_host_refused_for_its_address_offers_no_allow_until_something_else_happens_to_it():
+    state = NetworkState()
+    feed(state, ("egress.refused", {"rule": ADDRESS_REFUSED_RULE, "url": "http://10.0.0.1:80/",
+                                    "reason": "10.0.0.1 is in 10.0.0.0/8: private-use (RFC 1918): boxes never reach it",
+                                    "hint": "nothing to allow: the proxy refuses these addresses whatever the "
+                                            "allowlist says"}))
+    row = state.rows()[0]
+    keys = dict(detail_lines(row, "web", state.box("b1")))["keys"]
+    assert keys == ("a: nothing to allow (the proxy refuses this address whatever the list says); b blocks 10.0.0.1 "
+                    "on every port")
+    feed(state, ("egress.refused", {"rule": "egress-denied", "url": "http://10.0.0.1:80/", "reason": "policy"}),
+         start=2)
+    keys = dict(detail_lines(state.rows()[0], "web", state.box("b1")))["keys"]
+    assert keys.startswith("a allows 10.0.0.1 (HTTPS on port 443 and plain HTTP on port 80)")
 
 
 def test_a_refusal_naming_only_host_and_port_has_its_own_row_and_one_naming_nothing_is_counted_per_box():

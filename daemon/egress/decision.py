@@ -24,6 +24,8 @@ import ipaddress
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
+from ..wire_egress import ADDRESS_REFUSED_RULE
+
 Address = ipaddress.IPv4Address | ipaddress.IPv6Address
 AddressCheck = Callable[[Address], "str | None"]  # None, or why it is refused: a predicate ("is in ...", "carries ...")
 
@@ -137,7 +139,7 @@ class DecisionFlow:
             why = self.check(address)
             if why is not None:
                 shown = self.host if str(address) == self.host else f"{self.host} ({address})"
-                return Refuse("egress-address", f"{shown} {why}: boxes never reach it",
+                return Refuse(ADDRESS_REFUSED_RULE, f"{shown} {why}: boxes never reach it",
                               "nothing to allow: the proxy refuses these addresses whatever the allowlist says",
                               before_signer=before_signer)
         return None

@@ -95,6 +95,8 @@ class HostRow:
     last_outcome: str = ""
     last_reason: str = ""
     last_hint: str = ""
+    last_rule: str = ""
+    """The rule of its last event when that was a refusal, else ""."""
     address: str = ""
     """The address last dialled for it (``egress.allowed``)."""
     waiting: dict[str, None] = field(default_factory=dict)
@@ -200,6 +202,7 @@ class NetworkState:
         row = self._row(HostKey(event.box_id, scheme, host, port), event.seq)
         row.last_seen = _text(event.time)
         row.last_outcome = outcome
+        row.last_rule = ""
         url = _text(data.get("url")) or f"{host}:{port}"
         approval = _text(data.get("approval_id"))
         note = ""
@@ -224,6 +227,7 @@ class NetworkState:
             row.refused += 1
             row.last_reason = self._refusal_reason(event.box_id, host, data)
             row.last_hint = _text(data.get("hint"))
+            row.last_rule = _text(data.get("rule"))
             note = row.last_reason
         else:  # closed
             up, down = _count(data.get("up")), _count(data.get("down"))

@@ -7,7 +7,7 @@ piece leaves here through ``safe_text``, and widgets show it as ``Text``.
 
 from __future__ import annotations
 
-from tkbox_daemon.wire_egress import AllowlistChangeInfo
+from tkbox_daemon.wire_egress import ADDRESS_REFUSED_RULE, AllowlistChangeInfo
 
 from ..terminal_text import clip, safe_text
 from .network_state import BoxNetwork, HostKey, HostRow, NetworkState
@@ -96,8 +96,10 @@ def detail_lines(row: HostRow, box_label: str, box: BoxNetwork) -> list[tuple[st
         lines.append(("hint", safe_text(row.last_hint)))
     if row.address:
         lines.append(("address", safe_text(row.address)))
-    lines.append(("keys", f"a allows {safe_text(allow_entry(key))} ({entry_meaning(allow_entry(key))}); "
-                          f"b blocks {safe_text(block_entry(key))} on every port"))
+    allow = ("a: nothing to allow (the proxy refuses this address whatever the list says)"
+             if row.last_rule == ADDRESS_REFUSED_RULE else
+             f"a allows {safe_text(allow_entry(key))} ({entry_meaning(allow_entry(key))})")
+    lines.append(("keys", f"{allow}; b blocks {safe_text(block_entry(key))} on every port"))
     lines += [("urls" if index == 0 else "", text) for index, text in enumerate(recent_lines(row))]
     lines += allowlist_lines(box)
     return lines
