@@ -19,6 +19,8 @@ from tkbox_daemon.config import DaemonPaths
 pytestmark = pytest.mark.e2e
 SIZE = (200, 50)
 EXECS = 12  # every third exits 3; the matches of either filter fit on a 50-line screen
+
+
 def _bar_line(screen: str) -> str:
     return screen.rstrip().splitlines()[-2]  # the one-line input sits right above the footer
 
