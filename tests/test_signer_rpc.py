@@ -197,6 +197,21 @@ async def test_hold_denies_decisions_release_restores_and_quarantine_is_final(tm
         await connection.close()
 
 
+@pytest.mark.parametrize(("reason", "said"), [
+    ("", "run is held by the operator"),
+    (":", "run is held by the operator: :"),
+    ("wait for: ", "run is held by the operator: wait for: "),
+])
+async def test_a_held_runs_denials_carry_the_operators_reason_whole(tmp_path, reason, said):
+    async with running_signer(tmp_path) as signer:
+        connection = await signer.connect()
+        run = await register(connection)
+        await connection.call("hold", request_id=request_id(), run_id=run["run_id"], reason=reason)
+        denied = await connection.call("decide", request_id=request_id(), **run, tool="Bash", args={"command": "ls"})
+        assert denied["reason"] == said
+        await connection.close()
+
+
 async def test_observations_store_a_commitment_never_the_value(tmp_path):
     secret_text = "the-value-must-not-be-stored-4242"
     async with running_signer(tmp_path) as signer:

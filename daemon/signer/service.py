@@ -303,7 +303,8 @@ class SignerService:
         }
         if run.containment != "active":
             data.update(verdict="deny", rule_ids=[CONTAINED_RULE, *data["rule_ids"]],
-                        reason=f"run is {run.containment} by the operator: {run.containment_reason}".rstrip(": "))
+                        reason=f"run is {run.containment} by the operator"
+                        + (f": {run.containment_reason}" if run.containment_reason else ""))
         if verdict.hint:
             data["hint"] = verdict.hint
         if "tool_call_id" in request:
