@@ -189,6 +189,11 @@ def limits(args):
     except OSError as error:  # said, not raised: a crash here would look like a box that sent nothing
         return {"forked": len(children), "fork_refused": refused, "hog_signal": None, "hog_fork": name(error.errno)}
     if hog == 0:
+        try:  # the OOM killer's first choice, so that it never takes the process that reports (raising is allowed)
+            with open("/proc/self/oom_score_adj", "w") as adj:
+                adj.write("1000")
+        except OSError:
+            pass
         block = bytearray(args["allocate_bytes"])
         for i in range(0, len(block), 4096):
             block[i] = 1
