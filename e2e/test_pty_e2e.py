@@ -99,7 +99,7 @@ async def test_stdin_eof_closes_nothing_on_a_pty(guest):
 
 async def test_ctrl_c_interrupts_the_foreground_process(guest):
     script = ("import sys, time\n"  # 'ready' inside the try: Ctrl-C may land while print is still returning
-              "try:\n    print('ready', flush=True)\n    time.sleep(1000)\n"  # the box program waits (no test sleep)
+              "try:\n    print('ready', flush=True)\n    time.sleep(1000)\n"  # noqa: sleep-ok
               "except KeyboardInterrupt:\n    print('interrupted', flush=True)\n    sys.exit(5)\n")
     ident = await _pty_exec(guest, [sys.executable, "-I", "-S", "-c", script])
     out = bytearray()

@@ -257,7 +257,7 @@ async def test_the_fake_backend_pauses_and_kills_its_process_group(spec_dirs):
     backend = FakeBackend(i_understand_this_is_not_isolated=True)
     # the box's own long-lived process, not a wait of the test
     box = await backend.start(spec_dirs, [sys.executable, "-c",
-                                          "import time; print('up', flush=True); time.sleep(600)"])  # the box program waits to be stopped (no test sleep)
+                                          "import time; print('up', flush=True); time.sleep(600)"])  # noqa: sleep-ok
     await box.pause()
     assert Path(f"/proc/{box.pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "T"
     await box.resume()

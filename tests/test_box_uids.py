@@ -240,7 +240,7 @@ def test_a_claim_waits_while_another_process_holds_the_registry_lock(tmp_path):
         deadline = time.monotonic() + 60
         while str(child.pid) not in waiting_for_a_lock():
             assert child.poll() is None and time.monotonic() < deadline, "the child never waited for the lock"
-            time.sleep(0.01)  # polled: the kernel lists a blocked flock; there is no event to wait on
+            time.sleep(0.01)  # noqa: sleep-ok  the kernel lists a blocked flock; there is no event to wait on
         assert [p.name for p in registry.iterdir()] == [LOCK_NAME]  # nothing claimed while the lock is held
     finally:
         fcntl.flock(lock, fcntl.LOCK_UN)
