@@ -16,13 +16,19 @@ METADATA = ("169.254.169.254 is in 169.254.169.254/32: instance metadata: AWS, G
             "Azure,")
 
 
-async def _refusal(box, authority: str) -> str:
-    """The ``reason:`` line of the 403 a CONNECT to ``authority`` gets."""
+async def _answer(box, authority: str) -> str:
+    """What a CONNECT to ``authority`` on the box's egress socket is answered."""
     box.egress.box_uid = os.getuid()  # this test connects in place of the guest
     reader, writer = await asyncio.open_unix_connection(str(box.egress.path))
     writer.write(f"CONNECT {authority} HTTP/1.1\r\nHost: {authority}\r\n\r\n".encode())
     answer = (await asyncio.wait_for(reader.read(65536), WAIT)).decode()
     writer.close()
+    return answer
+
+
+async def _refusal(box, authority: str) -> str:
+    """The ``reason:`` line of the 403 a CONNECT to ``authority`` gets."""
+    answer = await _answer(box, authority)
     assert answer.startswith("HTTP/1.1 403") and "rule: egress-address" in answer, answer
     return next(line for line in answer.splitlines() if line.startswith("reason: ")).removeprefix("reason: ")
 
@@ -45,13 +51,8 @@ async def test_an_address_refusal_names_the_address_once_and_where_it_is(tmp_pat
 async def test_what_to_do_names_the_box_so_the_command_can_be_pasted(tmp_path):
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         await client.create_box({"name": "strict-1", "workspace": str(make_workspace(tmp_path)), "inspect": "all"})
-        box = daemon.manager.get("strict-1")
         events = client.events(box="strict-1")
-        box.egress.box_uid = os.getuid()
-        reader, writer = await asyncio.open_unix_connection(str(box.egress.path))
-        writer.write(b"CONNECT other.example:443 HTTP/1.1\r\nHost: other.example:443\r\n\r\n")
-        answer = (await asyncio.wait_for(reader.read(65536), WAIT)).decode()
-        writer.close()
+        answer = await _answer(daemon.manager.get("strict-1"), "other.example:443")
         async for event in events:
             if event.kind == "egress.refused":
                 break
