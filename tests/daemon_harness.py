@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from aiohttp import web
 
@@ -108,3 +110,13 @@ async def run_exec(client: DaemonClient, box: str, argv: list[str], **kwargs: ob
             break
     await call.close()
     return result
+
+
+async def run_cli(capsys: Any, *argv: str) -> tuple[int, str, str]:
+    """``tkbox ARGV`` in process (status, stdout, stderr); its own event loop runs in a thread, as the daemon's runs
+    in the test's. The caller points ``TKBOX_DAEMON_RUNTIME_DIR`` at the daemon."""
+    from tkbox_tui.cli import main
+
+    status = await asyncio.to_thread(main.main, list(argv))
+    out, err = capsys.readouterr()
+    return status, out, err

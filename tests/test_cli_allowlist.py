@@ -4,17 +4,14 @@ daemon's refusals in the CLI's words, escaped."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import pwd
-from typing import Any
 
 import pytest
 
-from tests.daemon_harness import make_workspace, running_daemon
+from tests.daemon_harness import make_workspace, run_cli, running_daemon
 from tkbox_daemon.egress.allowlist import Attempt
-from tkbox_tui.cli import main
 from tkbox_tui.cli.allowlist import entry_meaning
 
 ME = f"uid {os.getuid()} ({pwd.getpwuid(os.getuid()).pw_name})"
@@ -29,11 +26,7 @@ async def daemon(tmp_path, monkeypatch):
         yield running
 
 
-async def run(capsys: Any, *argv: str) -> tuple[int, str, str]:
-    """``tkbox ARGV`` in process; its own event loop runs in a thread, as the daemon's runs in the test's."""
-    status = await asyncio.to_thread(main.main, list(argv))
-    out, err = capsys.readouterr()
-    return status, out, err
+run = run_cli
 
 
 async def test_allowlist_shows_each_entry_with_what_it_lets_through(daemon, capsys):

@@ -5,19 +5,15 @@ and nothing changes. A block of such an address is harmless and still taken."""
 
 from __future__ import annotations
 
-import asyncio
-import os
-
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from tests.daemon_harness import make_workspace, running_daemon
+from tests.daemon_harness import make_workspace, run_cli, running_daemon
 from tkbox_daemon.boxes.settings import SettingsError, parse_settings
 from tkbox_daemon.egress.allowlist import parse_entry, refused_address
 from tkbox_daemon.egress.allowlist_edit import ChangeRefused, change
 from tkbox_daemon.egress.ranges import SPECIAL_RANGES, classify
-from tkbox_tui.cli import main as cli
 
 NEVER_REACHED = ["169.254.169.254", "10.1.2.3", "127.0.0.1", "192.0.2.1", "100.100.100.200", "0.0.0.0",
                  "[::1]", "[fd00:ec2::254]", "[::ffff:169.254.169.254]", "[64:ff9b::a00:1]", "[2001:db8::1]:8443",
@@ -78,15 +74,8 @@ async def test_tkbox_allow_refuses_it_in_one_line_and_the_list_is_unchanged(tmp_
     async with running_daemon(tmp_path) as daemon, daemon.client() as client:
         monkeypatch.setenv("TKBOX_DAEMON_RUNTIME_DIR", str(daemon.config.paths.runtime_dir))
         await client.create_box({"name": "web", "workspace": str(make_workspace(tmp_path)), "allow": ["pypi.org"]})
-        status = await _cli(["allow", "web", "169.254.169.254"])
-        err = capsys.readouterr().err
+        status, _, err = await run_cli(capsys, "allow", "web", "169.254.169.254")
         assert status == 2 and err.count("\n") == 1, err
         assert err.startswith("tkbox allow: the entry 169.254.169.254 would let nothing through: 169.254.169.254 is "
                               "in 169.254.169.254/32: instance metadata")
         assert (await client.allowlist("web")).entries == ("pypi.org",)
-
-
-async def _cli(argv: list[str]) -> int:
-    """``tkbox ARGV`` in process; its own event loop runs in a thread, as the daemon's runs in the test's."""
-    assert os.environ["TKBOX_DAEMON_RUNTIME_DIR"]
-    return await asyncio.to_thread(cli.main, argv)
