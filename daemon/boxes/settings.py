@@ -23,7 +23,7 @@ import yaml
 
 from .. import limits
 from ..box.disk import SMALLEST_DISK
-from ..egress.allowlist import Allowlist, EntryError, refused_address
+from ..egress.allowlist import Allowlist, EntryError, check_reachable
 from ..egress.pins import PinError, parse_pins
 from ..egress.presets import UnknownPreset, expand
 
@@ -165,11 +165,9 @@ def _parse_allow(value: Any) -> tuple[tuple[str, ...], tuple[str, ...]]:
     try:
         texts, presets = expand(value)
         allowlist = Allowlist.parse(texts)
+        check_reachable(allowlist.entries)
     except (EntryError, UnknownPreset) as exc:
         raise SettingsError("allow", str(exc)) from None
-    for entry in allowlist.entries:
-        if (refused := refused_address(entry)) is not None:
-            raise SettingsError("allow", refused)
     return tuple(allowlist.texts()), presets
 
 

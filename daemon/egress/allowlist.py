@@ -121,6 +121,13 @@ def refused_address(entry: Entry) -> str | None:
             "the allowlist says; allow the host by a name or an address it can reach")
 
 
+def check_reachable(entries: Iterable[Entry]) -> None:
+    """Raise EntryError for the first entry ``refused_address`` refuses (where entries are added)."""
+    for entry in entries:
+        if (refused := refused_address(entry)) is not None:
+            raise EntryError(refused)
+
+
 def normalise_name(text: str, *, where: str = "the entry") -> str:
     """A host name as entries hold it, read by the target parser's own rules (``hostnames.parse_host``): lower-case
     ASCII A-labels, no trailing dot; raises EntryError for an address or anything that is not a name."""

@@ -25,7 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
 
-from .allowlist import Allowlist, Entry, EntryError, parse_entry, refused_address
+from .allowlist import Allowlist, Entry, EntryError, check_reachable, parse_entry
 from .presets import UnknownPreset, expand, warnings
 
 ACTIONS = ("allow", "block", "set")
@@ -102,12 +102,10 @@ def _items(action: str, items: Sequence[str]) -> tuple[list[Entry], tuple[str, .
     try:
         texts, presets = expand(items)
         entries = Allowlist.parse(texts).entries if action == "set" else [_host(action, t) for t in texts]
+        if action != "block":  # a block of an address nobody can reach is harmless
+            check_reachable(entries)
     except (EntryError, UnknownPreset) as exc:
         raise ChangeRefused(str(exc)) from None
-    if action != "block":
-        for entry in entries:
-            if (refused := refused_address(entry)) is not None:
-                raise ChangeRefused(refused)
     return list(entries), presets
 
 
