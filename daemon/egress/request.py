@@ -3,10 +3,10 @@
 A box's client speaks HTTP/1.1 to the proxy: ``CONNECT host:port`` (a tunnel) or an absolute-form request for
 plain HTTP (``GET http://host/path HTTP/1.1`` with a ``Host`` header that must agree). Nothing else is accepted:
 origin-form requests (a client that thinks the proxy is the server), ``OPTIONS *``, an absolute-form request
-without exactly one Host header (``proxy.parse_target``), ``Upgrade``, and any head h11 refuses (bad framing, both ``Content-Length`` and ``Transfer-Encoding``, obsolete line
-folding, a head over ``limits.EGRESS_REQUEST_HEAD``). ``RequestHead.feed`` returns None until a whole head has
-arrived; the bytes after the head (a tunnel's first bytes, or an HTTP request's body, which h11 keeps framing for
-the caller) stay in the h11 connection.
+without exactly one Host header (``proxy.parse_target``), ``Upgrade``, and any head h11 refuses (bad framing, both
+``Content-Length`` and ``Transfer-Encoding``, obsolete line folding, a head over ``limits.EGRESS_REQUEST_HEAD``).
+``RequestHead.feed`` returns None until a whole head has arrived; the bytes after the head (a tunnel's first bytes,
+or an HTTP request's body, which h11 keeps framing for the caller) stay in the h11 connection.
 """
 
 from __future__ import annotations
